@@ -62,7 +62,7 @@ def _poison(value):
         return type(value)(math.nan)
     if isinstance(value, np.integer):
         return type(value)(np.array(_POISON_INT, dtype=np.int64).astype(type(value)))
-    return _POISON_INT
+    return _signed32(_POISON_INT)  # a Python int: 0xDEADBEEF read as int32, so it fits an int32 array
 
 
 def _signed32(bits: int) -> int:
