@@ -70,6 +70,13 @@ def _signed32(bits: int) -> int:
     return bits - (1 << 32) if bits >= (1 << 31) else bits
 
 
+def _match_key(value):
+    """match.sync compares bit patterns: NaN matches NaN, -0.0 does not match 0.0 (unlike ==)."""
+    if isinstance(value, (float, np.floating)):
+        return "nan" if math.isnan(value) else (float(value), math.copysign(1.0, value))
+    return int(value)
+
+
 class _Rendezvous:
     """One warp collective in progress: the lanes of `mask` that have arrived with their operands."""
 
@@ -105,10 +112,11 @@ def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
     if op == "match_any_sync":
         out = {}
         for lane, (v,) in ops.items():
-            out[lane] = _signed32(sum(1 << other for other, (w,) in ops.items() if w == v))
+            out[lane] = _signed32(sum(1 << other for other, (w,) in ops.items()
+                                      if _match_key(w) == _match_key(v)))
         return out
     if op == "match_all_sync":
-        values = [v for (v,) in ops.values()]
+        values = [_match_key(v) for (v,) in ops.values()]
         same = all(v == values[0] for v in values)
         present = sum(1 << lane for lane in ops)
         return {lane: (_signed32(present) if same else 0, same) for lane in ops}
