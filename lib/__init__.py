@@ -81,4 +81,6 @@ def banner() -> str:
 
 print(banner())
 
-__all__ = ["ROOT", "DATA", "SIMULATOR", "ON_GPU", "DEVICE_NAME", "cuda", "pick", "banner"]
+from .grader import grade, stub  # noqa: E402  (the call every exercise cell uses)
+
+__all__ = ["ROOT", "DATA", "SIMULATOR", "ON_GPU", "DEVICE_NAME", "cuda", "pick", "banner", "grade", "stub"]

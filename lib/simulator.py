@@ -92,6 +92,7 @@ class _Warp:
         self.cond = threading.Condition(lock)
         self.live = set(lanes)
         self.pending: list[_Rendezvous] = []
+        self.activemask_calls: dict[object, _Rendezvous] = {}  # call site -> lanes waiting there
 
 
 def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
@@ -123,7 +124,7 @@ def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
     # shuffles: operands are (value, b); b's low five bits count (PTX bval = b[4:0])
     out = {}
     for lane, (value, b) in ops.items():
-        b = int(b) & 31
+        b = int(b) % 64
         if op == "shfl_sync":
             src = b
         elif op == "shfl_up_sync":
@@ -214,6 +215,7 @@ class FastBlockManager:
         t = threading.current_thread()
         self.running -= 1
         self.waiting_at[t] = what
+        self._settle_activemask(t.thread_id // WARP)
         self._check_deadlock()
         while not ready() and self.error is None:
             cond.wait()
@@ -289,6 +291,35 @@ class FastBlockManager:
         warp.cond.notify_all()
         return True
 
+    def activemask(self, t, site):
+        """The lanes of the warp that reach this call site together: wait until every live lane of the
+        warp either arrived here or waits somewhere else (or exited), as converged lanes would."""
+        warp = self.warps[t.thread_id // WARP]
+        with self.lock:
+            if self.error is not None:
+                raise _Aborted("aborted")
+            rv = warp.activemask_calls.setdefault(site, _Rendezvous("activemask", 0))
+            rv.operands[t.thread_id % WARP] = ()
+            self._wait(warp.cond, lambda: rv.results is not None, f"activemask() of warp "
+                       f"{t.thread_id // WARP}")
+            return rv.results
+
+    def _settle_activemask(self, w: int):
+        """Complete the warp's pending activemask() calls once none of its live lanes is still running."""
+        warp = self.warps.get(w)
+        if warp is None or not warp.activemask_calls:
+            return
+        waiting = {t.thread_id % WARP for t in self.barrier_waiting if t.thread_id // WARP == w}
+        for rv in warp.pending + list(warp.activemask_calls.values()):
+            waiting |= rv.operands.keys()
+        if not warp.live <= waiting:
+            return
+        for rv in warp.activemask_calls.values():
+            rv.results = sum(1 << lane for lane in rv.operands)
+            self.running += len(rv.operands)
+        warp.activemask_calls = {}
+        warp.cond.notify_all()
+
     def thread_exited(self, t):
         with self.lock:
             self.live.discard(t)
@@ -302,6 +333,7 @@ class FastBlockManager:
                     if rv.operands:
                         self._complete_if_ready(warp, rv, arriving=False)
             self._release_barrier_if_complete()
+            self._settle_activemask(t.thread_id // WARP)
             self._check_deadlock()
             if not self.live:
                 self.done.notify_all()
@@ -350,12 +382,15 @@ def _syncwarp(mask=FULL_MASK):
 
 
 def _activemask():
-    """Lanes of the calling warp that have not exited. (The simulator does not track divergence, so inside
-    a divergent branch this is wider than a GPU's answer.)"""
+    """Lanes of the calling warp that reach the same call (same code position) while none of the warp's
+    other live lanes is still running: in converged code the full warp minus the lanes that exited; in a
+    divergent branch the lanes of that branch."""
     t = threading.current_thread()
-    warp = t._manager.warps[t.thread_id // WARP]
-    with t._manager.lock:
-        return sum(1 << lane for lane in warp.live)
+    manager = getattr(t, "_manager", None)
+    if not isinstance(manager, FastBlockManager):
+        raise SimulatorError("cuda.activemask can only be called inside a kernel")
+    caller = sys._getframe(1)
+    return manager.activemask(t, (caller.f_code, caller.f_lasti))
 
 
 def _lanemask_lt():

@@ -1,0 +1,91 @@
+"""Kernels of the introduction: a copy (the bandwidth ceiling every later chapter is measured against) and
+vector addition (the first exercise's solution)."""
+import numpy as np
+from numba import cuda
+
+from lib.bench import Baseline, Ladder, Rung
+from lib.validate import require
+
+THREADS = 256  # threads per block: a multiple of the 32-thread warp; 256 keeps 8 blocks resident per SM
+
+
+@cuda.jit
+def copy_kernel(src, dst):
+    """dst[i] = src[i], one element per thread.
+
+    Memory: each warp reads 32 consecutive floats (128 bytes, four 32-byte sectors) and writes 32; every
+    byte is moved once, so bytes = 8·n (read + write) — the floor for any kernel that reads n floats and
+    writes n floats.
+    Launch: 1-D, THREADS per block, ceil(n / THREADS) blocks; threads past the end do nothing.
+    """
+    i = cuda.grid(1)
+    if i < src.size:
+        dst[i] = src[i]
+
+
+@cuda.jit
+def vector_add_kernel(a, b, out):
+    """out[i] = a[i] + b[i], one element per thread.
+
+    Memory: two coalesced 4-byte reads and one 4-byte write per element: bytes = 12·n for one FLOP per
+    element — 1/12 FLOP per byte, far below any GPU's ridge point, so bandwidth decides its speed.
+    Launch: 1-D, THREADS per block, ceil(n / THREADS) blocks; the `i < n` guard covers the ragged end.
+    """
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+def blocks_for(n: int, threads: int = THREADS) -> int:
+    """Blocks needed to cover n elements: rounded up, so a ragged tail still gets threads."""
+    return (n + threads - 1) // threads
+
+
+def copy(src, dst):
+    """Launch copy_kernel over float32 arrays of equal size."""
+    require(src, "src", ndim=1, where="copy")
+    require(dst, "dst", shape=src.shape, where="copy")
+    copy_kernel[blocks_for(src.size), THREADS](src, dst)
+
+
+def vector_add(a, b, out):
+    """out = a + b for 1-D float32 arrays (the solution of the first exercise)."""
+    require(a, "a", ndim=1, where="vector_add")
+    require(b, "b", shape=a.shape, where="vector_add")
+    require(out, "out", shape=a.shape, where="vector_add")
+    if a.size:
+        vector_add_kernel[blocks_for(a.size), THREADS](a, b, out)
+
+
+def _torch_copy(src, dst):
+    dst.copy_(src)
+
+
+def _torch_add(a, b, out):
+    import torch
+    torch.add(a, b, out=out)
+
+
+N = 1 << 28  # 2^28 float32 = 1 GiB per array, ~18× the H200's L2: every byte comes from HBM
+
+LADDERS = [
+    Ladder(
+        chapter="intro", topic="copy",
+        description="device-to-device copy of n float32: read n, write n",
+        make_inputs=lambda n, rng: (rng.standard_normal(n, dtype=np.float32),),
+        out_shape=lambda x: x.shape, reference=lambda x: x.astype(np.float64),
+        bytes=lambda n: 8 * n, flops=None, unit="GB/s", sizes=[N], sim_sizes=[4099],
+        rungs=[Rung("copy_kernel", copy, "one float per thread")],
+        baselines=[Baseline("torch.copy", _torch_copy, "Tensor.copy_ (device to device)")],
+    ),
+    Ladder(
+        chapter="intro", topic="vector_add",
+        description="out = a + b over n float32: read 2n, write n",
+        make_inputs=lambda n, rng: (rng.standard_normal(n, dtype=np.float32),
+                                    rng.standard_normal(n, dtype=np.float32)),
+        out_shape=lambda a, b: a.shape, reference=lambda a, b: a.astype(np.float64) + b,
+        bytes=lambda n: 12 * n, flops=lambda n: n, unit="GB/s", sizes=[N], sim_sizes=[4099],
+        rungs=[Rung("vector_add_kernel", vector_add, "one element per thread")],
+        baselines=[Baseline("torch.add", _torch_add, "torch.add(a, b, out=out)")],
+    ),
+]

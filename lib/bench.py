@@ -1,0 +1,152 @@
+"""Ladders declared as data, and the one runner that checks and times them.
+
+A chapter's ``kernels/<topic>.py`` lists its ladders in ``LADDERS``: each rung is a host launcher in
+destination-passing style, ``run(*inputs, out)`` on numba device arrays; each baseline is the library call
+it is compared with, ``run(*inputs, out)`` on torch tensors sharing the same GPU memory. The runner checks
+every rung and baseline against the float64 reference **before** timing it, and a rung that fails its
+check gets no time at all. Adding a rung = one :class:`Rung` in the list.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .check import compare
+from .exercises import Tolerance
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str                 # the kernel's name, as in kernels/ (e.g. "reduce_warp_shuffle")
+    run: Callable             # run(*device_inputs, device_out)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str                 # the library call, e.g. "torch.sum"
+    run: Callable             # run(*torch_inputs, torch_out)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Ladder:
+    chapter: str
+    topic: str
+    description: str
+    make_inputs: Callable      # (size, rng) -> tuple of float32 numpy arrays
+    out_shape: Callable        # (*inputs) -> shape
+    reference: Callable        # (*inputs) -> float64 array
+    bytes: Callable            # (size) -> bytes moved by an ideal kernel (the floor)
+    flops: Callable | None
+    unit: str                  # "GB/s" or "TFLOP/s"
+    sizes: list                # on a GPU
+    sim_sizes: list            # on the simulator (checks only)
+    rungs: list[Rung]
+    baselines: list[Baseline] = field(default_factory=list)
+    tolerance: Callable = lambda *inputs_and_expected: Tolerance(rtol=1e-6)
+
+    def size_label(self, size) -> str:
+        return "x".join(str(s) for s in size) if isinstance(size, tuple) else str(size)
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def _check(ladder: Ladder, name: str, actual, inputs, expected, size):
+    tol = ladder.tolerance(*inputs, expected)
+    bad = compare(np.asarray(actual), expected, tol.rtol, tol.atol, tol.scale)
+    if bad is not None:
+        raise CheckFailed(f"{ladder.topic}/{name} at size {ladder.size_label(size)}: {bad.describe()}")
+
+
+def _torch_views(device_arrays):
+    import torch
+
+    return [torch.as_tensor(a, device="cuda") for a in device_arrays]
+
+
+def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = None, progress=None,
+               only: list[str] | None = None):
+    """Check and time every rung and baseline of `ladder`.
+
+    Returns ``(rows, samples, failures)``: result rows for :mod:`lib.results`, their raw samples, and the
+    names of implementations that failed their check (those have no row). On the simulator only the
+    checks run (at ``sim_sizes``) and no rows are returned.
+    """
+    import lib
+    from numba import cuda
+
+    from .results import environment, make_row
+    from .timing import time_cuda
+
+    sizes = (ladder.sim_sizes if lib.SIMULATOR else ladder.sizes) if sizes is None else sizes
+    env = environment()
+    rng = np.random.default_rng(seed)
+    rows, samples, failures = [], {}, []
+    impls = [(r.name, r.run, False) for r in ladder.rungs]
+    if lib.ON_GPU:
+        impls += [(b.name, b.run, True) for b in ladder.baselines]
+    if only is not None:
+        impls = [i for i in impls if i[0] in only]
+    for size in sizes:
+        inputs = ladder.make_inputs(size, rng)
+        expected = ladder.reference(*inputs)
+        d_inputs = [cuda.to_device(x) for x in inputs]
+        d_out = cuda.device_array(ladder.out_shape(*inputs), dtype=np.float32)
+        for name, run, is_torch in impls:
+            args = _torch_views(d_inputs + [d_out]) if is_torch else d_inputs + [d_out]
+            d_out.copy_to_device(np.full(d_out.shape, np.nan, dtype=np.float32))
+            call = (lambda run=run, args=args: run(*args))
+            try:
+                call()
+                cuda.synchronize()
+                _check(ladder, name, d_out.copy_to_host(), inputs, expected, size)
+            except CheckFailed as err:
+                failures.append(name)
+                print(f"CHECK FAILED, not timed: {err}")
+                if progress is not None:
+                    progress.update(1)
+                continue
+            if lib.ON_GPU:
+                flops = ladder.flops(size) if ladder.flops else None
+                timing = time_cuda(call, bytes=ladder.bytes(size), flops=flops, reps=reps)
+                row = make_row(ladder.chapter, name, ladder.size_label(size), "float32", timing, ladder.unit, env)
+                rows.append(row)
+                samples[f"{row['kernel']}|{row['size']}|{row['dtype']}"] = timing.samples_ms.tolist()
+            if progress is not None:
+                progress.update(1)
+        del d_inputs, d_out
+    return rows, samples, failures
+
+
+def count_steps(ladder: Ladder, sizes=None) -> int:
+    import lib
+
+    sizes = (ladder.sim_sizes if lib.SIMULATOR else ladder.sizes) if sizes is None else sizes
+    n = len(ladder.rungs) + (len(ladder.baselines) if lib.ON_GPU else 0)
+    return n * len(sizes)
+
+
+def live(ladders, only: list[str] | None = None):
+    """What a chapter runs for its reader: on a GPU, check and time at full size and return the rows (to
+    show beside the recorded ones); on the simulator, check at small sizes and say so."""
+    import lib
+
+    rows = []
+    for ladder in ladders:
+        got, _, failures = run_ladder(ladder, only=only)
+        rows += got
+        checked = [r.name for r in ladder.rungs] + ([b.name for b in ladder.baselines] if lib.ON_GPU else [])
+        checked = [n for n in checked if (only is None or n in only) and n not in failures]
+        sizes = ladder.sim_sizes if lib.SIMULATOR else ladder.sizes
+        print(f"{ladder.topic}: {len(checked)} implementation(s) checked against float64 at size(s) "
+              f"{', '.join(ladder.size_label(s) for s in sizes)}"
+              + (": " + ", ".join(checked) if checked else "")
+              + ("" if lib.ON_GPU else " (simulator: checks only, no timings)"))
+        if failures:
+            print(f"  FAILED (not timed): {', '.join(failures)}")
+    return rows

@@ -1,0 +1,177 @@
+"""Every graded exercise of the book, in one place.
+
+An exercise is a reference (float64 numpy), an input generator, the output's shape, a tolerance, and the
+sizes to check on the simulator and on a GPU. Student functions use destination-passing style:
+``fn(*inputs, out)`` receives numba device arrays (float32, C-contiguous) and launches kernels.
+Adding an exercise = one :class:`Exercise` in :data:`EXERCISES`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .check import k_scaled_rtol
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float | np.ndarray
+    atol: float = 0.0
+    scale: np.ndarray | None = None  # None: |expected|
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    signature: str                                  # shown in reports, e.g. "vector_add(a, b, out)"
+    task: str                                       # one sentence
+    make_inputs: Callable[[tuple, np.random.Generator], tuple]
+    out_shape: Callable[..., tuple]                 # from the inputs
+    reference: Callable[..., np.ndarray]            # float64
+    tolerance: Callable[..., Tolerance]             # from the inputs and the reference
+    sim_cases: tuple                                # size parameters, small (a check <= 10 s on the simulator)
+    gpu_cases: tuple
+    time_limit_s: float = 60.0
+
+
+def _uniform(rng, shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def _f64(*arrays):
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
+
+
+# --- vector_add -----------------------------------------------------------------------------------
+def _vector_add_reference(a, b):
+    a, b = _f64(a, b)
+    return a + b
+
+
+# --- transpose ------------------------------------------------------------------------------------
+def _transpose_reference(a):
+    return np.asarray(a, dtype=np.float64).T.copy()
+
+
+# --- matmul -----------------------------------------------------------------------------------------
+def _matmul_inputs(size, rng):
+    m, n, k = size
+    return _uniform(rng, (m, k)), _uniform(rng, (k, n))
+
+
+def _matmul_tolerance(a, b, expected):
+    a, b = _f64(a, b)
+    return Tolerance(rtol=k_scaled_rtol(a.shape[1]), scale=np.abs(a) @ np.abs(b))
+
+
+# --- reductions -----------------------------------------------------------------------------------
+def _reduce_inputs(size, rng):
+    (n,) = size
+    x = _uniform(rng, (n,))
+    if n % 2:  # odd sizes are all negative, so a wrong identity (0 for max) shows up
+        x = x - np.float32(2.0)
+    return (x,)
+
+
+def _sum_tolerance(x, expected):
+    return Tolerance(rtol=k_scaled_rtol(x.size), scale=np.array([np.abs(x.astype(np.float64)).sum()]))
+
+
+def _scan_tolerance(x, expected):
+    k = np.arange(1, x.size + 1)
+    return Tolerance(rtol=np.maximum(1e-5, 4 * 2.0 ** -23 * np.sqrt(k)),
+                     scale=np.cumsum(np.abs(x.astype(np.float64))))
+
+
+def _exclusive_scan(x):
+    x = np.asarray(x, dtype=np.float64)
+    return np.concatenate([[0.0], np.cumsum(x)[:-1]])
+
+
+# --- softmax ----------------------------------------------------------------------------------------
+def _softmax_inputs(size, rng):
+    rows, cols = size
+    x = rng.normal(0.0, 3.0, size=(rows, cols)).astype(np.float32)
+    x[::3] = rng.uniform(80.0, 100.0, size=x[::3].shape)  # exp(89) overflows float32: needs the max trick
+    return (x,)
+
+
+def _softmax_reference(x):
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _softmax_tolerance(x, expected):
+    return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-7)
+
+
+# --- attention ---------------------------------------------------------------------------------------
+def _attention_inputs(size, rng):
+    m, n, d = size
+    q, k, v = _uniform(rng, (m, d)), _uniform(rng, (n, d)), _uniform(rng, (n, d))
+    # a "spike-late" key: the last key aligns with every query, so the row maximum arrives in the last tile
+    k[-1] = np.sign(q.sum(axis=0)) * 1.0
+    return q, k, v
+
+
+def _attention_probs(q, k):
+    q, k = _f64(q, k)
+    s = q @ k.T / np.sqrt(q.shape[1])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def _attention_reference(q, k, v):
+    return _attention_probs(q, k) @ np.asarray(v, dtype=np.float64)
+
+
+def _attention_tolerance(q, k, v, expected):
+    scale = _attention_probs(q, k) @ np.abs(np.asarray(v, dtype=np.float64))
+    return Tolerance(rtol=2 * (k_scaled_rtol(k.shape[0]) + k_scaled_rtol(q.shape[1])), scale=scale)
+
+
+EXERCISES: dict[str, Exercise] = {e.id: e for e in [
+    Exercise("vector_add", "vector_add(a, b, out)", "out[i] = a[i] + b[i] for every i (1-D float32)",
+             make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
+             out_shape=lambda a, b: a.shape, reference=_vector_add_reference,
+             tolerance=lambda a, b, expected: Tolerance(rtol=1e-6),
+             sim_cases=((1000,), (4099,), (1,)), gpu_cases=((1000,), (1_000_003,), (16_777_217,), (1,))),
+    Exercise("transpose", "transpose(a, out)", "out[j, i] = a[i, j] for a of shape (rows, cols)",
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda a: a.shape[::-1],
+             reference=_transpose_reference, tolerance=lambda a, expected: Tolerance(rtol=0.0),
+             sim_cases=((1, 1), (37, 53), (70, 33)), gpu_cases=((1, 1), (37, 53), (1000, 777), (4099, 2050))),
+    Exercise("matmul", "matmul(a, b, c)", "c = a @ b for a (M, K), b (K, N), c (M, N), float32 row-major",
+             make_inputs=_matmul_inputs, out_shape=lambda a, b: (a.shape[0], b.shape[1]),
+             reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+             tolerance=_matmul_tolerance, sim_cases=((1, 1, 1), (33, 17, 45), (40, 70, 65)),
+             gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (1024, 1024, 1024))),
+    Exercise("reduce_sum", "reduce_sum(x, out)", "out[0] = sum of x (out has shape (1,))",
+             make_inputs=_reduce_inputs, out_shape=lambda x: (1,),
+             reference=lambda x: np.array([np.asarray(x, np.float64).sum()]), tolerance=_sum_tolerance,
+             sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("reduce_max", "reduce_max(x, out)", "out[0] = max of x (out has shape (1,))",
+             make_inputs=_reduce_inputs, out_shape=lambda x: (1,),
+             reference=lambda x: np.array([np.asarray(x, np.float64).max()]),
+             tolerance=lambda x, expected: Tolerance(rtol=0.0),
+             sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("scan_inclusive", "scan_inclusive(x, out)", "out[i] = x[0] + ... + x[i]",
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
+             reference=lambda x: np.cumsum(np.asarray(x, np.float64)), tolerance=_scan_tolerance,
+             sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("scan_exclusive", "scan_exclusive(x, out)", "out[0] = 0, out[i] = x[0] + ... + x[i-1]",
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
+             reference=_exclusive_scan, tolerance=_scan_tolerance,
+             sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("softmax_rows", "softmax_rows(x, out)", "each row of out = softmax of that row of x (2-D)",
+             make_inputs=_softmax_inputs, out_shape=lambda x: x.shape, reference=_softmax_reference,
+             tolerance=_softmax_tolerance, sim_cases=((1, 1), (5, 37), (7, 300)),
+             gpu_cases=((1, 1), (5, 37), (1000, 1000), (4096, 4099))),
+    Exercise("attention", "attention(q, k, v, out)",
+             "out = softmax(q @ k.T / sqrt(d)) @ v for q (m, d), k and v (n, d)",
+             make_inputs=_attention_inputs, out_shape=lambda q, k, v: q.shape, reference=_attention_reference,
+             tolerance=_attention_tolerance, sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
+             gpu_cases=((1, 1, 64), (17, 45, 64), (1000, 1531, 64), (2048, 4099, 128)), time_limit_s=120.0),
+]}

@@ -1,0 +1,163 @@
+"""Recorded results: CSV rows under data/results/, raw samples beside them, and their tables and plots.
+
+One file per chapter, ``data/results/<chapter>.csv``, rewritten whole by ``make record`` on the reference
+GPU; ``<chapter>.samples.json`` holds every timing sample of every row. Only the project's benchmark code
+writes here (:func:`write`); nothing is typed in.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import numpy as np
+
+from . import DATA
+
+RESULTS = DATA / "results"
+COLUMNS = ["chapter", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", "reps", "value", "unit",
+           "bytes", "flops", "device", "numba_cuda", "torch", "date"]
+
+
+def environment() -> dict:
+    """Device and versions of this process, stamped on every row it records."""
+    import lib
+    import numba_cuda
+
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = ""
+    return {"device": lib.DEVICE_NAME, "numba_cuda": numba_cuda.__version__, "torch": torch_version,
+            "date": _dt.datetime.now(_dt.timezone.utc).date().isoformat()}
+
+
+def make_row(chapter: str, kernel: str, size: str, dtype: str, timing, unit: str, env: dict) -> dict:
+    """A result row from a :class:`lib.timing.Timing`; `size` is a label such as '268435456' or '4096x4096'."""
+    return {"chapter": chapter, "kernel": kernel, "size": str(size), "dtype": dtype,
+            "median_ms": timing.median_ms, "q1_ms": timing.q1_ms, "q3_ms": timing.q3_ms, "reps": timing.reps,
+            "value": timing.value(unit), "unit": unit, "bytes": timing.bytes, "flops": timing.flops, **env}
+
+
+def _sample_key(row: dict) -> str:
+    return f"{row['kernel']}|{row['size']}|{row['dtype']}"
+
+
+def write(chapter: str, rows: list[dict], samples: dict[str, list[float]], folder: Path = RESULTS) -> Path:
+    """Replace a chapter's recorded results. `samples` maps each row's 'kernel|size|dtype' to its samples."""
+    import pandas as pd
+
+    if not rows:
+        raise ValueError(f"no rows to record for chapter {chapter!r}")
+    for row in rows:
+        if row["chapter"] != chapter:
+            raise ValueError(f"row for chapter {row['chapter']!r} written to {chapter!r}")
+        if _sample_key(row) not in samples:
+            raise ValueError(f"no raw samples for row {_sample_key(row)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{chapter}.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False, float_format="%.6g")
+    with open(folder / f"{chapter}.samples.json", "w") as f:
+        json.dump({k: [round(float(x), 6) for x in v] for k, v in samples.items()}, f, indent=0)
+    return path
+
+
+def load(chapter: str, folder: Path = RESULTS):
+    """A chapter's recorded rows as a DataFrame (empty, with the columns, if nothing was recorded yet)."""
+    import pandas as pd
+
+    path = folder / f"{chapter}.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=COLUMNS)
+    df = pd.read_csv(path, dtype={"size": str, "torch": str, "numba_cuda": str})
+    missing = set(COLUMNS) - set(df.columns)
+    if missing:
+        raise ValueError(f"{path} lacks the columns {sorted(missing)}")
+    return df
+
+
+def load_samples(chapter: str, folder: Path = RESULTS) -> dict[str, np.ndarray]:
+    path = folder / f"{chapter}.samples.json"
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        return {k: np.array(v) for k, v in json.load(f).items()}
+
+
+def _label(df) -> str:
+    devices = sorted(set(df["device"]))
+    dates = sorted(set(df["date"]))
+    return f"{', '.join(devices)}, {dates[-1] if len(dates) == 1 else dates[0] + ' to ' + dates[-1]}"
+
+
+def table(chapter: str, live: list[dict] | None = None, baseline: str | None = None, folder: Path = RESULTS):
+    """Recorded rows (and a reader's live rows beside them) as a table, one line per kernel and size.
+
+    `baseline` names a kernel (e.g. 'torch.copy'); each row then gets its value as a percentage of that
+    kernel's value at the same size and source.
+    """
+    import pandas as pd
+
+    recorded = load(chapter, folder)
+    frames = []
+    if len(recorded):
+        frames.append(recorded.assign(source="recorded"))
+    if live:
+        frames.append(pd.DataFrame(live, columns=COLUMNS).assign(source="your GPU"))
+    if not frames:
+        return pd.DataFrame(columns=["source", "kernel", "size", "median_ms", "value", "unit"])
+    df = pd.concat(frames, ignore_index=True)
+    out = df[["source", "device", "date", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", "value",
+              "unit"]].copy()
+    if baseline is not None:
+        base = df[df["kernel"] == baseline].set_index(["source", "size"])["value"]
+        keys = list(zip(df["source"], df["size"]))
+        out[f"% of {baseline}"] = [100 * v / base[k] if k in base.index else np.nan
+                                   for v, k in zip(df["value"], keys)]
+    return out
+
+
+def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, ax=None,
+         folder: Path = RESULTS, title: str | None = None):
+    """A horizontal bar per kernel at one size (the largest recorded if not given), recorded and live side
+    by side, labelled with the device and date it was recorded on."""
+    import matplotlib.pyplot as plt
+
+    df = table(chapter, live, folder=folder)
+    if not len(df):
+        raise ValueError(f"nothing recorded for chapter {chapter!r} yet: run `make record` on a GPU")
+    if size is None:
+        size = max(df["size"], key=lambda s: (len(s), s))
+    df = df[df["size"] == str(size)]
+    unit = df["unit"].iloc[0]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.45 * len(df) + 1.2))
+    kernels = list(dict.fromkeys(df["kernel"]))
+    sources = list(dict.fromkeys(df["source"]))
+    height = 0.8 / len(sources)
+    colors = {"recorded": "#3b7dd8", "your GPU": "#e07b39"}
+    for j, source in enumerate(sources):
+        sub = df[df["source"] == source].set_index("kernel")
+        ys = [i + j * height for i, k in enumerate(kernels) if k in sub.index]
+        vals = [sub.loc[k, "value"] for k in kernels if k in sub.index]
+        label = f"{source}: {_label(sub.reset_index())}"
+        ax.barh(ys, vals, height=height, color=colors.get(source), label=label)
+    ax.set_yticks([i + height * (len(sources) - 1) / 2 for i in range(len(kernels))], kernels)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title or f"{chapter}: size {size}")
+    ax.legend(loc="lower right", fontsize="small", title="recorded on" if sources == ["recorded"] else None)
+    ax.figure.tight_layout()
+    return ax
+
+
+def show(chapter: str, live: list[dict] | None = None, baseline: str | None = None, size: str | None = None):
+    """Display a chapter's table and plot in a notebook (recorded rows, and the reader's beside them)."""
+    from IPython.display import display
+
+    recorded = load(chapter)
+    if len(recorded):
+        print(f"recorded on {_label(recorded)} by `make record`")
+    display(table(chapter, live, baseline).style.format(precision=4, na_rep="", thousands=","))
+    plot(chapter, live, size=size)
