@@ -63,7 +63,13 @@ if SIMULATOR:
     _simulator.install()
     DEVICE_NAME = "CUDA simulator"
 else:
-    _name = cuda.get_current_device().name
+    try:
+        _name = cuda.get_current_device().name
+    except Exception as exc:  # numba.cuda was imported before lib, in GPU mode, on a machine without one
+        raise ImportError(
+            "numba.cuda was imported before `import lib`, in GPU mode, and no GPU is usable "
+            f"({type(exc).__name__}). Put `import lib` first (it switches on the simulator when there is no "
+            "GPU), or set NUMBA_ENABLE_CUDASIM=1 before starting Python.") from None
     DEVICE_NAME = _name.decode() if isinstance(_name, bytes) else str(_name)
 
 

@@ -54,8 +54,9 @@ def compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float =
     if actual.shape != expected.shape:
         raise ValueError(f"output shape {actual.shape} differs from the reference's {expected.shape}")
     scale = np.abs(expected) if scale is None else np.asarray(scale, dtype=np.float64)
+    finite = np.isfinite(expected)
     with np.errstate(invalid="ignore", over="ignore"):
-        close = np.abs(actual - expected) <= rtol * scale + atol
+        close = finite & (np.abs(actual - expected) <= rtol * scale + atol)
     both_nan = np.isnan(actual) & np.isnan(expected)
     same_inf = np.isinf(expected) & (actual == expected)
     ok = close | both_nan | same_inf

@@ -157,6 +157,9 @@ def show(chapter: str, live: list[dict] | None = None, baseline: str | None = No
     from IPython.display import display
 
     recorded = load(chapter)
+    if not len(recorded) and not live:
+        print(f"nothing recorded for {chapter!r} yet: `make record` on a GPU writes data/results/{chapter}.csv")
+        return
     if len(recorded):
         print(f"recorded on {_label(recorded)} by `make record`")
     display(table(chapter, live, baseline).style.format(precision=4, na_rep="", thousands=","))

@@ -1,0 +1,81 @@
+"""Execute the book's notebooks (MyST markdown or .ipynb) top to bottom in a fresh kernel.
+
+``python -m lib.notebooks [paths...]`` runs every chapter of _toc.yml (or the given files) and prints one
+line per notebook: how long it took and whether it executed without error. Used on the GPU machine to run
+the chapters end to end, and by the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import ROOT
+
+
+def toc_chapters() -> list[Path]:
+    """The notebooks listed in _toc.yml, in reading order."""
+    import re
+
+    text = (ROOT / "_toc.yml").read_text()
+    names = re.findall(r"^\s*(?:-\s*)?(?:root|file):\s*(\S+)", text, flags=re.M)
+    out = []
+    for name in names:
+        for ext in (".md", ".ipynb"):
+            path = ROOT / (name + ext)
+            if path.exists():
+                out.append(path)
+                break
+    return out
+
+
+def read(path: Path):
+    import jupytext
+
+    return jupytext.read(path)
+
+
+def execute(path: Path, timeout: int = 1200, kernel_name: str = "python3"):
+    """Execute one notebook with its folder as working directory. Returns (executed notebook, seconds,
+    error or None)."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = read(path)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+        error = None
+    except CellExecutionError as exc:
+        error = exc
+    return nb, time.perf_counter() - t0, error
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("paths", nargs="*", type=Path)
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    parser.add_argument("--save", type=Path, default=None, help="folder for the executed .ipynb files")
+    args = parser.parse_args(argv)
+    paths = args.paths or toc_chapters()
+    failed = 0
+    for path in paths:
+        nb, seconds, error = execute(path, timeout=args.timeout)
+        status = "ok" if error is None else "FAILED"
+        print(f"{status:<6} {seconds:7.1f} s  {path}", flush=True)
+        if error is not None:
+            failed += 1
+            print(str(error)[-3000:])
+        if args.save is not None:
+            import nbformat
+
+            args.save.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, args.save / (path.stem + ".ipynb"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

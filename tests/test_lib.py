@@ -1,0 +1,178 @@
+"""lib's pure parts: the timer's maths, the spec table, results I/O, argument checks, mode detection."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lib
+from lib import results, specs
+from lib.timing import Timing, TimingUnavailable, reps_for, time_cuda
+from lib.validate import require
+
+
+# --- timing ---------------------------------------------------------------------------------------
+def test_timing_statistics_and_rates():
+    t = Timing([4.0, 1.0, 2.0, 3.0, 5.0], bytes=8_000_000_000, flops=2_000_000_000_000)
+    assert (t.q1_ms, t.median_ms, t.q3_ms, t.reps) == (2.0, 3.0, 4.0, 5)
+    assert t.gbps == pytest.approx(8e9 / 3e-3 / 1e9)
+    assert t.tflops == pytest.approx(2e12 / 3e-3 / 1e12)
+    assert t.value("GB/s") == t.gbps and t.value("TFLOP/s") == t.tflops and t.value("ms") == 3.0
+    frac = t.fraction_of_peak(specs.GPUS["H200"])
+    assert frac["bandwidth"] == pytest.approx(t.gbps / 4800)
+    assert frac["fp32"] == pytest.approx(t.tflops / 67.0)
+
+
+def test_timing_rejects_bad_samples_and_units():
+    with pytest.raises(ValueError):
+        Timing([])
+    with pytest.raises(ValueError):
+        Timing([1.0, -2.0])
+    with pytest.raises(ValueError, match="bytes"):
+        Timing([1.0]).value("GB/s")
+    with pytest.raises(ValueError, match="unknown unit"):
+        Timing([1.0], bytes=1).value("GiB/s")
+
+
+def test_reps_for_fills_the_budget_within_bounds():
+    assert reps_for(4.0) == 100
+    assert reps_for(1000.0) == 10
+    assert reps_for(0.001) == 200
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="the refusal is the simulator's behaviour")
+def test_timer_refuses_on_the_simulator():
+    with pytest.raises(TimingUnavailable, match="simulator"):
+        time_cuda(lambda: None, bytes=1)
+
+
+# --- specs ----------------------------------------------------------------------------------------
+FP32_LANES_PER_SM = {"Hopper": 128, "Ada Lovelace": 128, "Ampere": 64, "Turing": 64}
+
+
+@pytest.mark.parametrize("key", sorted(specs.GPUS))
+def test_spec_is_consistent_and_sourced(key):
+    s = specs.GPUS[key]
+    assert "https://" in s.source
+    # FP32 peak = SMs x FP32 lanes x 2 (FMA) x boost clock: the datasheet figure must follow from the others
+    derived = s.sms * FP32_LANES_PER_SM[s.arch] * 2 * s.boost_mhz * 1e6 / 1e12
+    assert derived == pytest.approx(s.fp32_tflops, rel=0.01)
+    assert s.max_warps_per_sm * 32 == s.max_threads_per_sm
+    assert s.ridge_fp32 == pytest.approx(s.fp32_tflops * 1e3 / s.bandwidth_gbs)
+
+
+@pytest.mark.parametrize("name,key", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"),
+                                      ("NVIDIA A100-SXM4-80GB", "A100"), ("Tesla T4", "T4"),
+                                      ("NVIDIA L4", "L4"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+                                      ("NVIDIA L40S", None), ("CUDA simulator", None)])
+def test_spec_for_device_names(name, key):
+    got = specs.spec_for(name)
+    assert (got.key if got else None) == key
+
+
+def test_spec_table_lists_every_gpu():
+    assert len(specs.table()) == len(specs.GPUS) >= 6
+
+
+# --- results --------------------------------------------------------------------------------------
+def _row(kernel, value_ms, size="1024"):
+    t = Timing([value_ms, value_ms * 1.1, value_ms * 0.9], bytes=8 * 1024)
+    env = {"device": "Test GPU", "numba_cuda": "0.30.4", "torch": "2.11", "date": "2026-11-30"}
+    return results.make_row("demo", kernel, size, "float32", t, "GB/s", env), t
+
+
+def test_results_round_trip(tmp_path):
+    (r1, t1), (r2, t2) = _row("torch.copy", 1.0), _row("copy_kernel", 2.0)
+    samples = {"torch.copy|1024|float32": list(t1.samples_ms), "copy_kernel|1024|float32": list(t2.samples_ms)}
+    results.write("demo", [r1, r2], samples, folder=tmp_path)
+    df = results.load("demo", folder=tmp_path)
+    assert list(df.columns) == results.COLUMNS
+    assert list(df["kernel"]) == ["torch.copy", "copy_kernel"]
+    assert df["value"].iloc[1] == pytest.approx(t2.gbps, rel=1e-5)
+    assert results.load_samples("demo", folder=tmp_path)["copy_kernel|1024|float32"].tolist() == \
+        pytest.approx(list(t2.samples_ms))
+    table = results.table("demo", baseline="torch.copy", folder=tmp_path)
+    assert table["% of torch.copy"].tolist() == pytest.approx([100.0, 50.0])
+
+
+def test_results_refuse_rows_without_samples_or_of_another_chapter(tmp_path):
+    r, _ = _row("k", 1.0)
+    with pytest.raises(ValueError, match="samples"):
+        results.write("demo", [r], {}, folder=tmp_path)
+    with pytest.raises(ValueError, match="chapter"):
+        results.write("other", [r], {"k|1024|float32": [1.0]}, folder=tmp_path)
+
+
+def test_live_rows_sit_beside_recorded_ones_in_table_and_plot(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    r, t = _row("copy_kernel", 2.0)
+    results.write("demo", [r], {"copy_kernel|1024|float32": list(t.samples_ms)}, folder=tmp_path)
+    mine, _ = _row("copy_kernel", 4.0)
+    mine["device"] = "Reader GPU"
+    table = results.table("demo", live=[mine], folder=tmp_path)
+    assert list(table["source"]) == ["recorded", "your GPU"]
+    ax = results.plot("demo", live=[mine], folder=tmp_path)
+    assert ax.get_xlabel() == "GB/s"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("Test GPU, 2026-11-30" in s for s in labels) and any("Reader GPU" in s for s in labels)
+
+
+def test_missing_chapter_loads_empty():
+    assert len(results.load("no-such-chapter")) == 0
+
+
+RECORDED = sorted(results.RESULTS.glob("*.csv"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_results_are_complete(path):
+    """Every recorded row names its device, versions and date, has a positive value, and its raw samples
+    reproduce its median."""
+    df = results.load(path.stem)
+    samples = results.load_samples(path.stem)
+    assert len(df)
+    for _, row in df.iterrows():
+        assert row["device"] and row["numba_cuda"] and row["date"]
+        assert row["value"] > 0 and row["q1_ms"] <= row["median_ms"] <= row["q3_ms"]
+        s = samples[f"{row['kernel']}|{row['size']}|{row['dtype']}"]
+        assert len(s) == row["reps"]
+        assert np.median(s) == pytest.approx(row["median_ms"], rel=1e-4)
+
+
+# --- argument checks ------------------------------------------------------------------------------
+def test_require_names_the_problem():
+    from numba import cuda
+    x = cuda.to_device(np.zeros((4, 6), np.float32))
+    assert require(x, "x", ndim=2) is x
+    with pytest.raises(TypeError, match="`y` must be float32, got float64"):
+        require(np.zeros(3), "y")
+    with pytest.raises(ValueError, match="must be 1-D"):
+        require(x, "x", ndim=1)
+    with pytest.raises(ValueError, match=r"shape \(4, 5\)"):
+        require(x, "x", shape=(4, 5))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        require(np.zeros((4, 6), np.float32)[:, ::2], "x")
+    with pytest.raises(TypeError, match="numba device array"):
+        require([1.0, 2.0], "x")
+
+
+# --- mode detection -------------------------------------------------------------------------------
+def test_import_lib_prints_one_line_and_picks_a_mode():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    code = "import lib, json; print(json.dumps([lib.SIMULATOR, lib.DEVICE_NAME, lib.pick(1, 2)]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=lib.ROOT, check=True).stdout.splitlines()
+    assert len(out) == 2 and out[0].startswith("lib: ")
+    simulator, name, picked = json.loads(out[1])
+    assert simulator == lib.SIMULATOR and picked == (1 if simulator else 2)
+    assert ("simulator" in out[0]) == simulator and (name in out[0] or simulator)
+
+
+def test_forcing_the_simulator_is_respected():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", "import lib; print(lib.SIMULATOR)"], capture_output=True,
+                         text=True, env=env, cwd=lib.ROOT, check=True).stdout.split()
+    assert out[-1] == "True"
