@@ -124,7 +124,7 @@ def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
     # shuffles: operands are (value, b); b's low five bits count (PTX bval = b[4:0])
     out = {}
     for lane, (value, b) in ops.items():
-        b = int(b) % 64
+        b = int(b) & 31
         if op == "shfl_sync":
             src = b
         elif op == "shfl_up_sync":
