@@ -28,23 +28,22 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def toc_docs(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
-    """Every document named in a jb-book table of contents, root first, without suffix."""
+    """Every document a jb-book table of contents names (root, parts, chapters, sections), no suffix."""
     toc = yaml.safe_load(toc_path.read_text())
-    docs = [toc["root"]]
+    docs = []
 
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                docs.append(str(Path(entry["file"]).with_suffix("")))
-            if "glob" in entry:
-                docs.extend(sorted(str(p.relative_to(ROOT).with_suffix(""))
-                                   for p in ROOT.glob(entry["glob"] + ".*") if p.suffix in (".md", ".ipynb")))
-            for key in ("parts", "chapters", "sections"):
-                walk(entry.get(key))
+    def walk(entry: dict):
+        if "file" in entry:
+            docs.append(re.sub(r"\.(md|ipynb)$", "", entry["file"]))
+        if "glob" in entry:
+            docs.extend(sorted(str(p.relative_to(ROOT).with_suffix(""))
+                               for suffix in (".md", ".ipynb") for p in ROOT.glob(entry["glob"] + suffix)))
+        for key in ("parts", "chapters", "sections"):
+            for child in entry.get(key) or []:
+                walk(child)
 
-    walk([{key: toc[key]} for key in ("parts", "chapters", "sections") if key in toc])
-    return [str(Path(doc).with_suffix("")) if Path(doc).suffix in (".md", ".ipynb") else doc
-            for doc in docs]
+    walk({"file": toc["root"], **{k: v for k, v in toc.items() if k in ("parts", "chapters", "sections")}})
+    return docs
 
 
 DOCS = toc_docs()
@@ -91,11 +90,11 @@ def test_every_toc_document_has_a_page(html):
 
 
 def is_notebook(doc: str) -> bool:
-    source = next((ROOT / doc).parent.glob(Path(doc).name + ".*"))
-    if source.suffix == ".ipynb":
+    """An .ipynb, or a MyST text notebook (front matter with a kernelspec)."""
+    if (ROOT / f"{doc}.ipynb").is_file():
         return True
-    front = source.read_text().split("\n---", 1)[0]
-    return source.read_text().startswith("---") and "kernelspec:" in front
+    text = (ROOT / f"{doc}.md").read_text()
+    return text.startswith("---") and "kernelspec:" in text.split("\n---", 1)[0]
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -103,8 +102,8 @@ def test_chapter_executed_without_error(book, doc):
     out = book[0] / "_build"
     if not is_notebook(doc):
         pytest.skip(f"{doc} is plain text, not a notebook")
-    reports = sorted(p.name for p in (out / "html" / "reports").glob(f"{doc}*"))
-    assert not reports, f"{doc}: execution failed, see {out / 'html' / 'reports'}/{reports[0]}"
+    reports = sorted((out / "html" / "reports").glob(f"{doc}.*"))
+    assert not reports, f"{doc}: execution failed, see {reports[0]}:\n{reports[0].read_text()[-3000:]}"
     executed = out / "jupyter_execute" / f"{doc}.ipynb"
     assert executed.is_file(), f"{doc}: no executed notebook at {executed} (was it executed at all?)"
     nb = json.loads(executed.read_text())
@@ -253,17 +252,19 @@ ipywidgets.IntSlider(value=7, description="n")
 
 @pytest.fixture(scope="session")
 def widget_page(tmp_path_factory) -> tuple[Path, int, str]:
-    """A one-page book with the book's _config.yml and static folders, whose notebook shows a slider."""
+    """A one-page book with the book's _config.yml and static folders, whose notebook shows a slider.
+    The page sits in a subfolder, as chapters do, so its script paths climb out of it."""
     src = tmp_path_factory.mktemp("widget-book")
     shutil.copy(ROOT / "_config.yml", src / "_config.yml")
     for static in SPHINX["html_static_path"]:
         (src / static).parent.mkdir(parents=True, exist_ok=True)
         (src / static).symlink_to(ROOT / static)
-    (src / "_toc.yml").write_text("format: jb-book\nroot: widgets\n")
-    (src / "widgets.md").write_text(WIDGET_NOTEBOOK)
+    (src / "_toc.yml").write_text("format: jb-book\nroot: chapters/widgets\n")
+    (src / "chapters").mkdir()
+    (src / "chapters/widgets.md").write_text(WIDGET_NOTEBOOK)
     rc, log = run_logged([str(ROOT / ".venv/bin/jupyter-book"), "build", str(src), "-W", "-n", "--keep-going"],
                          src / "build.log")
-    return src / "_build/html/widgets.html", rc, log
+    return src / "_build/html/chapters/widgets.html", rc, log
 
 
 def test_widget_page_loads_the_local_widget_scripts_in_order(widget_page):
@@ -279,4 +280,5 @@ def test_widget_page_loads_the_local_widget_scripts_in_order(widget_page):
     found = [next((i for i, path in enumerate(loaded) if path.endswith("_static/" + js)), None) for js in wanted]
     assert None not in found and found == sorted(found), (
         f"the page must load {wanted} in this order; it loads {loaded}")
-    assert not scan_pages(page.parent), scan_pages(page.parent)
+    bad = scan_pages(page.parent.parent)
+    assert not bad, "\n".join(bad)
