@@ -37,14 +37,19 @@ $(STAMP): requirements.txt | $(VENV)/bin/python
 vendor: $(VENDOR)
 
 # npm pack downloads the package tarball only (no dependencies, no node_modules); kept as a cache.
+# Without npm, the same tarball comes straight from the registry's URL. Either way its checksum must match.
 $(NPM_CACHE)/%.tgz: site/npm.sha256
 	mkdir -p $(NPM_CACHE)
-	cd $(NPM_CACHE) && npm pack --silent $(PKG) >/dev/null
+	if command -v npm >/dev/null; then cd $(NPM_CACHE) && npm pack --silent $(PKG) >/dev/null; \
+	else curl -fsSL -o $@ https://registry.npmjs.org/$(TARBALL); fi
 	cd $(NPM_CACHE) && grep " $*.tgz$$" ../../site/npm.sha256 | sha256sum -c --quiet -
 	touch $@
 $(NPM_CACHE)/jupyter-widgets-html-manager-$(HTML_MANAGER).tgz: PKG = @jupyter-widgets/html-manager@$(HTML_MANAGER)
+$(NPM_CACHE)/jupyter-widgets-html-manager-$(HTML_MANAGER).tgz: TARBALL = @jupyter-widgets/html-manager/-/html-manager-$(HTML_MANAGER).tgz
 $(NPM_CACHE)/requirejs-$(REQUIREJS).tgz: PKG = requirejs@$(REQUIREJS)
+$(NPM_CACHE)/requirejs-$(REQUIREJS).tgz: TARBALL = requirejs/-/requirejs-$(REQUIREJS).tgz
 $(NPM_CACHE)/mathjax-$(MATHJAX).tgz: PKG = mathjax@$(MATHJAX)
+$(NPM_CACHE)/mathjax-$(MATHJAX).tgz: TARBALL = mathjax/-/mathjax-$(MATHJAX).tgz
 
 $(JS)/require.js: $(NPM_CACHE)/requirejs-$(REQUIREJS).tgz
 	mkdir -p $(@D)
