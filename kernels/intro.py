@@ -24,6 +24,21 @@ def copy_kernel(src, dst):
 
 
 @cuda.jit
+def copy_grid_stride_kernel(src, dst):
+    """dst[i] = src[i], each thread striding over the array by the size of the whole grid.
+
+    Memory: the same 8·n bytes as copy_kernel, with the same coalescing (in each pass a warp covers 32
+    consecutive floats); but a grid of one wave of resident blocks loops instead of launching 2^20 short
+    blocks, so no time goes to starting and retiring blocks.
+    Launch: 1-D, THREADS per block, resident_blocks() blocks (one full wave on the current GPU).
+    """
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, src.size, stride):
+        dst[i] = src[i]
+
+
+@cuda.jit
 def vector_add_kernel(a, b, out):
     """out[i] = a[i] + b[i], one element per thread.
 
@@ -39,6 +54,23 @@ def vector_add_kernel(a, b, out):
 def blocks_for(n: int, threads: int = THREADS) -> int:
     """Blocks needed to cover n elements: rounded up, so a ragged tail still gets threads."""
     return (n + threads - 1) // threads
+
+
+def resident_blocks(threads: int = THREADS) -> int:
+    """Blocks of `threads` that fit on the GPU at once (2048 threads per SM on recent GPUs); 4 on the
+    simulator, which has no SMs."""
+    device = cuda.get_current_device()
+    sms = getattr(device, "MULTIPROCESSOR_COUNT", None)
+    if sms is None:
+        return 4
+    return sms * (device.MAX_THREADS_PER_MULTIPROCESSOR // threads)
+
+
+def copy_grid_stride(src, dst):
+    """Launch copy_grid_stride_kernel with one wave of blocks."""
+    require(src, "src", ndim=1, where="copy_grid_stride")
+    require(dst, "dst", shape=src.shape, where="copy_grid_stride")
+    copy_grid_stride_kernel[min(resident_blocks(), blocks_for(src.size)), THREADS](src, dst)
 
 
 def copy(src, dst):
@@ -75,7 +107,8 @@ LADDERS = [
         make_inputs=lambda n, rng: (rng.standard_normal(n, dtype=np.float32),),
         out_shape=lambda x: x.shape, reference=lambda x: x.astype(np.float64),
         bytes=lambda n: 8 * n, flops=None, unit="GB/s", sizes=[N], sim_sizes=[4099],
-        rungs=[Rung("copy_kernel", copy, "one float per thread")],
+        rungs=[Rung("copy_kernel", copy, "one float per thread"),
+               Rung("copy_grid_stride_kernel", copy_grid_stride, "one wave of blocks, grid-stride loop")],
         baselines=[Baseline("torch.copy", _torch_copy, "Tensor.copy_ (device to device)")],
     ),
     Ladder(

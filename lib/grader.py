@@ -35,6 +35,7 @@ class CaseResult:
     seconds: float
     message: str = ""
     hint: str = ""
+    raised: bool = False      # the student's code raised (rather than computing wrong values)
 
 
 @dataclass
@@ -182,11 +183,18 @@ def grade(exercise_id: str, fn, seed: int | None = None, time_limit_s: float | N
     state: dict = {"cases": []}
 
     def work():
-        try:
-            for size in cases:  # all of them, so the report shows which sizes pass
+        for size in cases:  # all of them, so the report shows which sizes pass
+            t_case = time.perf_counter()
+            try:
                 state["cases"].append(_run_case(ex, fn, size, rng, cuda))
-        except BaseException as exc:  # noqa: BLE001 - every failure of student code becomes a report
-            state["exception"] = exc
+            except NotImplementedError:
+                state["not_attempted"] = True
+                return
+            except GradeTimeout:
+                return
+            except BaseException as exc:  # noqa: BLE001 - every failure of student code becomes a report
+                state["cases"].append(CaseResult(size, False, time.perf_counter() - t_case,
+                                                 _describe_exception(exc), _exception_hint(exc), raised=True))
 
     before = set(threading.enumerate())
     worker = threading.Thread(target=work, name=f"grade-{exercise_id}", daemon=True)
@@ -209,22 +217,18 @@ def grade(exercise_id: str, fn, seed: int | None = None, time_limit_s: float | N
             report.hint += (" On a GPU the kernel may still be running: restart the notebook's kernel if "
                             "later GPU work hangs.")
         return report
-    exc = state.get("exception")
-    if isinstance(exc, NotImplementedError):
+    if state.get("not_attempted"):
         report.status = NOT_ATTEMPTED
         report.message = f"write {ex.signature} in the exercise cell above, then run this cell again"
         report.cases = []
         return report
-    if exc is not None:
-        report.status = ERROR
-        report.message = _describe_exception(exc)
-        report.hint = _exception_hint(exc)
+    failed = next((c for c in report.cases if not c.passed), None)
+    if failed is None:
+        report.status = PASSED
         return report
-    report.status = PASSED if all(c.passed for c in report.cases) and report.cases else FAILED
-    if not report.passed:
-        failed = next(c for c in report.cases if not c.passed)
-        report.message = f"size {_size_label(failed.size)}: {failed.message}"
-        report.hint = failed.hint
+    report.status = ERROR if failed.raised else FAILED
+    report.message = f"size {_size_label(failed.size)}: {failed.message}"
+    report.hint = failed.hint
     return report
 
 

@@ -52,11 +52,12 @@ class GPUSpec:
 GPUS: dict[str, GPUSpec] = {s.key: s for s in [
     GPUSpec("H200", "NVIDIA H200 SXM", "Hopper", (9, 0), sms=132, boost_mhz=1980, memory_gb=141,
             memory_type="HBM3e", bandwidth_gbs=4800, fp32_tflops=67.0, tf32_tflops=494.7, fp16_tflops=989.4,
-            l2_mb=50, smem_per_sm_kb=228, smem_per_block_kb=227, regs_per_sm=65536, max_threads_per_sm=2048,
+            l2_mb=60, smem_per_sm_kb=228, smem_per_block_kb=227, regs_per_sm=65536, max_threads_per_sm=2048,
             max_blocks_per_sm=32,
             source="NVIDIA H200 Tensor Core GPU datasheet (2024), https://www.nvidia.com/en-us/data-center/h200/ "
-                   "(tensor figures there are with sparsity; dense is half); SM count, clock and L2 as the "
-                   "H100 SXM5 in the Hopper whitepaper; " + CUDA_GUIDE_LIMITS),
+                   "(tensor figures there are with sparsity; dense is half); SM count, clock and compute as the "
+                   "H100 SXM5 in the Hopper whitepaper; L2 (60 MiB), SMs and clock as the driver reports them on "
+                   "the reference H200 (data/results/device.json); " + CUDA_GUIDE_LIMITS),
     GPUSpec("H100", "NVIDIA H100 SXM5", "Hopper", (9, 0), sms=132, boost_mhz=1980, memory_gb=80,
             memory_type="HBM3", bandwidth_gbs=3350, fp32_tflops=67.0, tf32_tflops=494.7, fp16_tflops=989.4,
             l2_mb=50, smem_per_sm_kb=228, smem_per_block_kb=227, regs_per_sm=65536, max_threads_per_sm=2048,

@@ -151,11 +151,13 @@ def _spin(a, b, out):
 
 def test_blocks_rounded_down_leave_the_tail_unwritten():
     report = grade("vector_add", lambda a, b, out: _add_floor_blocks[a.size // 256, 256](a, b, out))
-    assert report.status == FAILED
+    ex = EXERCISES["vector_add"]
+    assert report.status == FAILED and len(report.cases) == len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)
     assert "never written" in report.hint and "tail" in report.hint
     assert "first at index" in report.message
 
 
+@pytest.mark.skipif(lib.ON_GPU, reason="a GPU does not check bounds: the stray writes land silently")
 def test_missing_guard_reports_the_index_error_with_thread_and_line():
     report = grade("vector_add", lambda a, b, out: _add_unguarded[(a.size + 255) // 256, 256](a, b, out))
     assert report.status == ERROR
