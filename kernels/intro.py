@@ -3,7 +3,7 @@ vector addition (the first exercise's solution)."""
 import numpy as np
 from numba import cuda
 
-from lib.bench import Baseline, Ladder, Rung
+from lib.bench import Baseline, Ladder, Rung, torch_copy
 from lib.validate import require
 
 THREADS = 256  # threads per block: a multiple of the 32-thread warp; 256 keeps 8 blocks resident per SM
@@ -89,10 +89,6 @@ def vector_add(a, b, out):
         vector_add_kernel[blocks_for(a.size), THREADS](a, b, out)
 
 
-def _torch_copy(src, dst):
-    dst.copy_(src)
-
-
 def _torch_add(a, b, out):
     import torch
     torch.add(a, b, out=out)
@@ -109,7 +105,7 @@ LADDERS = [
         bytes=lambda n: 8 * n, flops=None, unit="GB/s", sizes=[N], sim_sizes=[4099],
         rungs=[Rung("copy_kernel", copy, "one float per thread"),
                Rung("copy_grid_stride_kernel", copy_grid_stride, "one wave of blocks, grid-stride loop")],
-        baselines=[Baseline("torch.copy", _torch_copy, "Tensor.copy_ (device to device)")],
+        baselines=[Baseline("torch.copy", torch_copy, "Tensor.copy_ (device to device)")],
     ),
     Ladder(
         chapter="intro", topic="vector_add",

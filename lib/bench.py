@@ -138,6 +138,8 @@ def live(ladders, only: list[str] | None = None):
 
     rows = []
     for ladder in ladders:
+        if not (ladder.sim_sizes if lib.SIMULATOR else ladder.sizes):
+            continue  # e.g. a copy ceiling: baselines only, nothing to run on the simulator
         got, _, failures = run_ladder(ladder, only=only)
         rows += got
         checked = [r.name for r in ladder.rungs] + ([b.name for b in ladder.baselines] if lib.ON_GPU else [])
@@ -150,3 +152,20 @@ def live(ladders, only: list[str] | None = None):
         if failures:
             print(f"  FAILED (not timed): {', '.join(failures)}")
     return rows
+
+
+def torch_copy(src, dst):
+    dst.copy_(src)
+
+
+def copy_ceiling(chapter: str, sizes: list, numel: Callable = lambda size: int(np.prod(size))) -> Ladder:
+    """A ladder of one baseline, `torch.copy` of numel(size) float32 (bytes = read + write), labelled with
+    the chapter's own sizes: put it in a chapter's LADDERS so its table can show '% of torch.copy' measured
+    in the same run as its kernels."""
+    return Ladder(
+        chapter=chapter, topic="copy ceiling",
+        description="device-to-device copy (torch), the bandwidth ceiling of memory-bound kernels",
+        make_inputs=lambda size, rng: (rng.standard_normal(numel(size), dtype=np.float32),),
+        out_shape=lambda x: x.shape, reference=lambda x: x.astype(np.float64),
+        bytes=lambda size: 8 * numel(size), flops=None, unit="GB/s", sizes=list(sizes), sim_sizes=[],
+        rungs=[], baselines=[Baseline("torch.copy", torch_copy, "Tensor.copy_ (device to device)")])
