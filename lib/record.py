@@ -12,17 +12,34 @@ import sys
 from . import ROOT
 
 
-def discover(chapters: list[str] | None = None):
-    """Every Ladder listed in a kernels/<module>.py's LADDERS, optionally only those of some chapters."""
+def _modules():
     import kernels
 
-    ladders = []
     for info in sorted(pkgutil.iter_modules(kernels.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"kernels.{info.name}")
+        yield importlib.import_module(f"kernels.{info.name}")
+
+
+def discover(chapters: list[str] | None = None):
+    """Every Ladder listed in a kernels/<module>.py's LADDERS, optionally only those of some chapters."""
+    ladders = []
+    for module in _modules():
         for ladder in getattr(module, "LADDERS", []):
             if chapters is None or ladder.chapter in chapters:
                 ladders.append(ladder)
     return ladders
+
+
+def extra_recorders(chapters: list[str] | None = None):
+    """(chapter, function) for each kernels module with a `record_extra(folder)` that records what is not a
+    timed ladder (SASS listings, occupancy tables, latency sweeps ...) into data/results/. A module states
+    its chapter in a module-level CHAPTER."""
+    out = []
+    for module in _modules():
+        fn = getattr(module, "record_extra", None)
+        chapter = getattr(module, "CHAPTER", None)
+        if fn is not None and (chapters is None or chapter in chapters):
+            out.append((chapter, fn))
+    return out
 
 
 def device_description() -> dict:
@@ -62,8 +79,9 @@ def main(argv=None) -> int:
     from .results import RESULTS, write
 
     ladders = discover(args.chapters or None)
-    if not ladders:
-        print(f"no ladders found for {args.chapters or 'any chapter'}")
+    extras = extra_recorders(args.chapters or None)
+    if not ladders and not extras:
+        print(f"nothing to record for {args.chapters or 'any chapter'}")
         return 2
     by_chapter: dict[str, tuple[list, dict]] = {}
     all_failures = []
@@ -79,6 +97,10 @@ def main(argv=None) -> int:
         path = write(chapter, rows, samples)
         print(f"wrote {len(rows)} rows to {path.relative_to(ROOT)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    for chapter, fn in extras:
+        print(f"recording extras of {chapter}: {fn.__module__}.record_extra")
+        for path in fn(RESULTS) or []:
+            print(f"wrote {path.relative_to(ROOT) if path.is_absolute() else path}")
     with open(RESULTS / "device.json", "w") as f:
         json.dump(device_description(), f, indent=1)
     if all_failures:
