@@ -98,6 +98,19 @@ def _exclusive_scan(x):
     return np.concatenate([[0.0], np.cumsum(x)[:-1]])
 
 
+WARP_SIZE = 32
+
+
+def _warp_chunks(x):
+    """x (float64) padded with zeros to whole warps, one row per 32-element chunk."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.concatenate([x, np.zeros(-x.size % WARP_SIZE)]).reshape(-1, WARP_SIZE)
+
+
+def _warp_sums_tolerance(x, expected):
+    return Tolerance(rtol=k_scaled_rtol(WARP_SIZE), scale=np.abs(_warp_chunks(x)).sum(axis=1))
+
+
 # --- softmax ----------------------------------------------------------------------------------------
 def _softmax_inputs(size, rng):
     rows, cols = size
@@ -165,6 +178,13 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              reference=lambda x: np.array([np.asarray(x, np.float64).max()]),
              tolerance=lambda x, expected: Tolerance(rtol=0.0),
              sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("warp_reduce", "warp_reduce(x, out)",
+             "out[w] = x[32w] + ... + x[32w + 31] for every 32-element chunk of x (the last may be short), "
+             "with warp shuffles: one warp per chunk, no shared memory",
+             make_inputs=lambda size, rng: (_uniform(rng, size),),
+             out_shape=lambda x: (-(-x.size // WARP_SIZE),),
+             reference=lambda x: _warp_chunks(x).sum(axis=1), tolerance=_warp_sums_tolerance,
+             sim_cases=((1,), (100,), (1000,)), gpu_cases=((1,), (1000,), (1_000_003,))),
     Exercise("scan_inclusive", "scan_inclusive(x, out)", "out[i] = x[0] + ... + x[i]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=lambda x: np.cumsum(np.asarray(x, np.float64)), tolerance=_scan_tolerance,
