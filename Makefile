@@ -1,6 +1,7 @@
 # make book    build the site into $(BOOK_OUT)/_build/html, every notebook executed (simulator without a GPU)
 # make test    run the tests (they build the book once more, into a temporary folder)
 # make record  time the kernels and write data/ (on the GPU machine: make record PY=python3)
+# make student the student edition (solution cells removed) into _build/student
 # make clean   remove build outputs (not the venv)
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,7 +22,7 @@ JS := build/js-vendor/book-js
 VENDOR := $(JS)/require.js $(JS)/html-manager/embed-amd.js $(JS)/anywidget/index.js \
           $(JS)/mathjax/tex-mml-chtml.js
 
-.PHONY: venv vendor book test record clean
+.PHONY: venv vendor book test record student clean
 
 # --- Python environment: created if absent, reinstalled whenever requirements.txt changes -------------
 STAMP := $(VENV)/.requirements-installed
@@ -85,6 +86,9 @@ test: venv vendor
 # On the GPU machine (no network) PY=python3: then no venv is made.
 record: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 	$(PY) -m lib.record
+
+student: venv
+	$(VENV)/bin/python -m lib.student _build/student
 
 clean:
 	rm -rf _build build

@@ -1,0 +1,5 @@
+import sys
+
+from .folder import main
+
+sys.exit(main())
