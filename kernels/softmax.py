@@ -1,0 +1,488 @@
+"""Kernels of the softmax chapter: a row-wise softmax of a (rows, cols) float32 matrix, from the naive
+formula that overflows, through the stable three-pass and the online two-pass kernels, to a kernel that
+keeps its row in registers and so reads HBM once.
+
+Masking convention (every kernel but the naive one): an entry of -inf is masked out (it gets probability 0
+and takes no share of the sum), and a row whose entries are *all* -inf gives a row of zeros. torch.softmax
+gives NaN there instead (0/0); zeros are what an attention layer wants from a query that may attend to
+nothing, and they are what FlashAttention-style kernels produce. +inf or NaN inputs give NaN.
+"""
+import math
+from pathlib import Path
+
+import numpy as np
+from numba import cuda, float32
+
+from lib.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.check import k_scaled_rtol
+from lib.exercises import Tolerance
+from lib.validate import require
+
+CHAPTER = "softmax"
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+ROW_THREADS = 256                     # threads of a block-per-row kernel: 8 warps
+ROW_WARPS = ROW_THREADS // WARP
+WARP_ROWS_PER_BLOCK = 8               # warp-per-row kernel: 8 rows (warps) per 256-thread block
+ON_CHIP_ITEMS = (1, 2, 4, 8, 16, 32, 64)  # values per thread the register kernel is compiled for
+ON_CHIP_MAX_COLS = ROW_THREADS * ON_CHIP_ITEMS[-1]  # 16384: longer rows do not fit in registers
+NEG_INF = float32(-math.inf)
+ZERO = float32(0.0)
+ONE = float32(1.0)
+
+assert ROW_THREADS % WARP == 0 and ROW_WARPS <= WARP, "a block is whole warps, at most 32 of them"
+
+
+# --- the merge operator and its reductions ----------------------------------------------------------
+@cuda.jit(device=True)
+def merge(m_a, l_a, m_b, l_b):
+    """(m_a, l_a) ⊕ (m_b, l_b): two partial softmax states — a maximum m and a sum l of exp(x - m) —
+    combined into the state of the union of their elements. Each sum is rescaled to the larger maximum by
+    exp(m_old - m_new) ≤ 1. The identity is (-inf, 0); two empty states merge to (-inf, 0), not NaN."""
+    m = max(m_a, m_b)
+    if m == NEG_INF:
+        return m, ZERO
+    return m, l_a * math.exp(m_a - m) + l_b * math.exp(m_b - m)
+
+
+@cuda.jit(device=True)
+def online_update(m, l, v):
+    """The state (m, l) after one more element v: one exp per element (the rescale happens only when v
+    is a new maximum). A masked v = -inf changes nothing."""
+    if v > m:
+        return v, l * math.exp(m - v) + ONE
+    if v != NEG_INF:
+        return m, l + math.exp(v - m)
+    return m, l
+
+
+@cuda.jit(device=True)
+def warp_merge(m, l):
+    """Butterfly merge of a warp's 32 states: after log2(32) = 5 rounds every lane holds the warp's
+    state. Lanes i and i^k each compute merge(own, other) in the opposite order, so they agree bit for bit
+    only because the merge is commutative — which it is, even in floating point (a+b == b+a)."""
+    offset = WARP // 2
+    while offset > 0:
+        m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
+        l_other = cuda.shfl_xor_sync(FULL_MASK, l, offset)
+        m, l = merge(m, l, m_other, l_other)
+        offset //= 2
+    return m, l
+
+
+@cuda.jit(device=True)
+def block_merge(m, l, warp_m, warp_l):
+    """Merge the states of all ROW_THREADS threads; every thread gets the row's state. One barrier: lane
+    0 of each warp posts its warp's state to shared memory, then every thread merges the ROW_WARPS posted
+    states in the same order (so all threads agree)."""
+    m, l = warp_merge(m, l)
+    warp = cuda.threadIdx.x // WARP
+    if cuda.threadIdx.x % WARP == 0:
+        warp_m[warp] = m
+        warp_l[warp] = l
+    cuda.syncthreads()
+    m, l = warp_m[0], warp_l[0]
+    for w in range(1, ROW_WARPS):
+        m, l = merge(m, l, warp_m[w], warp_l[w])
+    return m, l
+
+
+@cuda.jit(device=True)
+def block_max(v, warp_max):
+    """The maximum of v over the block (every thread gets it): a shuffle butterfly, then shared memory."""
+    offset = WARP // 2
+    while offset > 0:
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, offset))
+        offset //= 2
+    if cuda.threadIdx.x % WARP == 0:
+        warp_max[cuda.threadIdx.x // WARP] = v
+    cuda.syncthreads()
+    v = warp_max[0]
+    for w in range(1, ROW_WARPS):
+        v = max(v, warp_max[w])
+    return v
+
+
+@cuda.jit(device=True)
+def block_sum(v, warp_sum):
+    """The sum of v over the block (every thread gets it), as block_max."""
+    offset = WARP // 2
+    while offset > 0:
+        v += cuda.shfl_xor_sync(FULL_MASK, v, offset)
+        offset //= 2
+    if cuda.threadIdx.x % WARP == 0:
+        warp_sum[cuda.threadIdx.x // WARP] = v
+    cuda.syncthreads()
+    v = warp_sum[0]
+    for w in range(1, ROW_WARPS):
+        v += warp_sum[w]
+    return v
+
+
+# --- rung 0: the formula as written -------------------------------------------------------------------
+@cuda.jit
+def softmax_naive_kernel(x, out):
+    """out[r, c] = exp(x[r, c]) / sum_c' exp(x[r, c']) — the textbook formula, with no shift. Any entry
+    above ~88.7 makes exp overflow float32 to inf, and the row becomes inf/inf = NaN. Shown, not timed.
+
+    Memory: two passes over the row (sum, then write): reads 8 bytes and writes 4 per element; each warp
+    reads 32 consecutive floats per step (coalesced).
+    Launch: one block of ROW_THREADS threads per row, grid = rows.
+    """
+    row = cuda.blockIdx.x
+    warp_sum = cuda.shared.array(ROW_WARPS, float32)
+    l = ZERO
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        l += float32(math.exp(x[row, c]))  # float32() so the simulator overflows exactly as the GPU does
+    l = block_sum(l, warp_sum)
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        out[row, c] = float32(math.exp(x[row, c])) / l
+
+
+# --- rung 1: stable, three passes ---------------------------------------------------------------------
+def softmax_three_pass(x, out):
+    """Stable softmax, three passes over the row: m = max x; l = sum exp(x - m); out = exp(x - m) / l.
+    Every exponent is ≤ 0, so exp never overflows, and the largest term is exactly 1, so l ≥ 1. A fully
+    masked row (m = -inf) shifts by 0 instead, so exp(-inf) = 0 everywhere and the row is written as 0.
+
+    Memory: reads the row three times and writes it once: 16 bytes per element from the cache hierarchy,
+    of which only 8 are the floor; the re-reads come from L2 when the row is still there. Coalesced: a
+    warp reads 32 consecutive floats per step.
+    Launch: one block of ROW_THREADS threads per row, grid = rows. Compiled twice: with libdevice's expf
+    (softmax_three_pass_kernel) and with fastmath's __expf (softmax_three_pass_fastmath_kernel).
+    """
+    row = cuda.blockIdx.x
+    warp_max = cuda.shared.array(ROW_WARPS, float32)
+    warp_sum = cuda.shared.array(ROW_WARPS, float32)
+    m = NEG_INF
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        m = max(m, x[row, c])
+    m = block_max(m, warp_max)
+    shift = m if m != NEG_INF else ZERO
+    l = ZERO
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        l += math.exp(x[row, c] - shift)
+    l = block_sum(l, warp_sum)
+    inv_l = ONE / l if l > ZERO else ZERO
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        out[row, c] = math.exp(x[row, c] - shift) * inv_l
+
+
+softmax_three_pass_kernel = cuda.jit(softmax_three_pass)
+softmax_three_pass_fastmath_kernel = cuda.jit(fastmath=True)(softmax_three_pass)
+
+
+# --- rung 2: online, two passes -----------------------------------------------------------------------
+@cuda.jit
+def softmax_online_kernel(x, out):
+    """Online softmax: one pass keeps a running state (m, l) per thread — rescaling l by exp(m - m') when
+    a larger m' arrives — the block merges the states, and a second pass writes exp(x - m) / l.
+
+    Memory: reads the row twice and writes it once (12 bytes per element; floor 8). Coalesced as
+    softmax_three_pass.
+    Launch: one block of ROW_THREADS threads per row, grid = rows.
+    """
+    row = cuda.blockIdx.x
+    warp_m = cuda.shared.array(ROW_WARPS, float32)
+    warp_l = cuda.shared.array(ROW_WARPS, float32)
+    m, l = NEG_INF, ZERO
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        m, l = online_update(m, l, x[row, c])
+    m, l = block_merge(m, l, warp_m, warp_l)
+    shift = m if m != NEG_INF else ZERO
+    inv_l = ONE / l if l > ZERO else ZERO
+    for c in range(cuda.threadIdx.x, x.shape[1], ROW_THREADS):
+        out[row, c] = math.exp(x[row, c] - shift) * inv_l
+
+
+# --- rung 3: a warp per row ---------------------------------------------------------------------------
+@cuda.jit
+def softmax_warp_per_row_kernel(x, out):
+    """Online softmax with one warp per row: the merge is five shuffles, with no shared memory and no
+    barrier — cheap for short rows, too little parallelism for long ones (a 65536-wide row gets 32
+    threads).
+
+    Memory: reads the row twice (the second read usually hits L1/L2: the warp just read it) and writes it
+    once; each step a warp reads 32 consecutive floats.
+    Launch: WARP_ROWS_PER_BLOCK warps per block (one row each), grid = ceil(rows / WARP_ROWS_PER_BLOCK);
+    a warp past the last row exits as a whole, so no shuffle misses a lane.
+    """
+    row = cuda.blockIdx.x * WARP_ROWS_PER_BLOCK + cuda.threadIdx.x // WARP
+    if row >= x.shape[0]:
+        return
+    lane = cuda.threadIdx.x % WARP
+    m, l = NEG_INF, ZERO
+    for c in range(lane, x.shape[1], WARP):
+        m, l = online_update(m, l, x[row, c])
+    m, l = warp_merge(m, l)
+    shift = m if m != NEG_INF else ZERO
+    inv_l = ONE / l if l > ZERO else ZERO
+    for c in range(lane, x.shape[1], WARP):
+        out[row, c] = math.exp(x[row, c] - shift) * inv_l
+
+
+# --- rung 4: the row stays on chip --------------------------------------------------------------------
+def make_softmax_on_chip_kernel(items: int, fastmath: bool = False):
+    """A kernel for rows of at most ROW_THREADS·items floats, which keeps its row in registers."""
+
+    @cuda.jit(fastmath=fastmath)
+    def softmax_on_chip_kernel(x, out):
+        """Single-read softmax: each thread loads its `items` elements of the row into a local array
+        (a compile-time size and fully unrolled loops, so the compiler keeps it in registers), takes
+        their state (m, l) while turning them into exp(x - m) in place, merges the states across the
+        block, and writes each value times exp(m - m_row) / l_row. HBM sees each input byte once.
+
+        Memory: reads 4 and writes 4 bytes per element — the floor, the same traffic as a copy. All
+        `items` loads of a thread are issued before the first is used, so many are in flight per
+        thread; a warp reads 32 consecutive floats per load (coalesced).
+        Launch: one block of ROW_THREADS threads per row, grid = rows; cols ≤ ROW_THREADS·items.
+        """
+        row = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        cols = x.shape[1]
+        warp_m = cuda.shared.array(ROW_WARPS, float32)
+        warp_l = cuda.shared.array(ROW_WARPS, float32)
+        vals = cuda.local.array(items, float32)
+        for j in range(items):
+            c = tid + j * ROW_THREADS
+            vals[j] = x[row, c] if c < cols else NEG_INF
+        m = NEG_INF
+        for j in range(items):
+            m = max(m, vals[j])
+        shift = m if m != NEG_INF else ZERO
+        l = ZERO
+        for j in range(items):
+            vals[j] = math.exp(vals[j] - shift)
+            l += vals[j]
+        m_row, l_row = block_merge(m, l, warp_m, warp_l)
+        scale = math.exp(m - m_row) / l_row if l_row > ZERO else ZERO
+        for j in range(items):
+            c = tid + j * ROW_THREADS
+            if c < cols:
+                out[row, c] = vals[j] * scale
+
+    return softmax_on_chip_kernel
+
+
+_ON_CHIP_KERNELS: dict = {}
+
+
+def on_chip_kernel(cols: int, fastmath: bool = False):
+    """The register kernel compiled for the fewest items per thread that hold `cols` floats."""
+    items = next(k for k in ON_CHIP_ITEMS if ROW_THREADS * k >= cols)
+    key = (items, fastmath)
+    if key not in _ON_CHIP_KERNELS:
+        _ON_CHIP_KERNELS[key] = make_softmax_on_chip_kernel(items, fastmath)
+    return _ON_CHIP_KERNELS[key]
+
+
+# --- host launchers -----------------------------------------------------------------------------------
+def _checked(x, out, where):
+    require(x, "x", ndim=2, where=where)
+    require(out, "out", shape=tuple(x.shape), where=where)
+    return x.shape
+
+
+def softmax_naive(x, out):
+    """Launch softmax_naive_kernel (overflows for entries above ~88.7: for showing, not for use)."""
+    rows, cols = _checked(x, out, "softmax_naive")
+    if rows and cols:
+        softmax_naive_kernel[rows, ROW_THREADS](x, out)
+
+
+def softmax_three_pass_expf(x, out):
+    """Launch the three-pass kernel compiled with libdevice's accurate expf."""
+    rows, cols = _checked(x, out, "softmax_three_pass_expf")
+    if rows and cols:
+        softmax_three_pass_kernel[rows, ROW_THREADS](x, out)
+
+
+def softmax_three_pass_fastmath(x, out):
+    """Launch the three-pass kernel compiled with fastmath (__expf, flush-to-zero, approximate division)."""
+    rows, cols = _checked(x, out, "softmax_three_pass_fastmath")
+    if rows and cols:
+        softmax_three_pass_fastmath_kernel[rows, ROW_THREADS](x, out)
+
+
+def softmax_online(x, out):
+    """Launch softmax_online_kernel: a block per row, two reads of the row."""
+    rows, cols = _checked(x, out, "softmax_online")
+    if rows and cols:
+        softmax_online_kernel[rows, ROW_THREADS](x, out)
+
+
+def softmax_warp_per_row(x, out):
+    """Launch softmax_warp_per_row_kernel: a warp per row, WARP_ROWS_PER_BLOCK rows per block."""
+    rows, cols = _checked(x, out, "softmax_warp_per_row")
+    if rows and cols:
+        blocks = (rows + WARP_ROWS_PER_BLOCK - 1) // WARP_ROWS_PER_BLOCK
+        softmax_warp_per_row_kernel[blocks, WARP_ROWS_PER_BLOCK * WARP](x, out)
+
+
+def softmax_on_chip(x, out, fastmath: bool = False):
+    """Single-read softmax for rows up to ON_CHIP_MAX_COLS; longer rows do not fit in a block's registers
+    and go to softmax_online (two reads) instead — the ladder's table says which ran."""
+    rows, cols = _checked(x, out, "softmax_on_chip")
+    if not (rows and cols):
+        return
+    if cols > ON_CHIP_MAX_COLS:
+        softmax_online_kernel[rows, ROW_THREADS](x, out)
+        return
+    on_chip_kernel(cols, fastmath)[rows, ROW_THREADS](x, out)
+
+
+def softmax_on_chip_fastmath(x, out):
+    """softmax_on_chip compiled with fastmath (__expf)."""
+    softmax_on_chip(x, out, fastmath=True)
+
+
+# --- reference, inputs, ladder ------------------------------------------------------------------------
+def softmax_reference(x):
+    """Row softmax in float64 with the chapter's masking convention (a fully masked row gives zeros)."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=1, keepdims=True) if x.shape[1] else np.zeros((x.shape[0], 1))
+    shift = np.where(np.isneginf(m), 0.0, m)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - shift)
+    total = e.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+
+
+def softmax_inputs(size, rng):
+    """Rows of N(0, 3²), every third row lifted into [80, 100] (exp overflows there without the shift),
+    and every fifth row with about half its entries masked to -inf (never all of them: torch.softmax, the
+    baseline, would give NaN)."""
+    rows, cols = size
+    x = rng.normal(0.0, 3.0, size=(rows, cols)).astype(np.float32)
+    x[::3] = rng.uniform(80.0, 100.0, size=x[::3].shape).astype(np.float32)
+    masked = rng.random(x[1::5].shape) < 0.5
+    masked[:, 0] = False
+    x[1::5][masked] = -np.inf
+    return (x,)
+
+
+def softmax_tolerance(x, expected):
+    """Each output divides by a sum of `cols` terms: the K-scaled rule with K = cols, doubled (the exp of
+    each term adds its own rounding), plus an absolute floor for outputs that underflow."""
+    return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-7)
+
+
+def _torch_softmax(x, out):
+    import torch
+
+    torch.softmax(x, 1, out=out)
+
+
+SIZES = [(8192, 8192), (32768, 4096), (1024, 65536), (131072, 512)]
+
+LADDERS = [
+    Ladder(
+        chapter=CHAPTER, topic="softmax",
+        description="row softmax of a (rows, cols) float32 matrix: read rows·cols, write rows·cols",
+        make_inputs=softmax_inputs, out_shape=lambda x: x.shape, reference=softmax_reference,
+        bytes=lambda size: 8 * size[0] * size[1], flops=None, unit="GB/s",
+        sizes=SIZES, sim_sizes=[(3, 300)],
+        rungs=[Rung("softmax_three_pass_kernel", softmax_three_pass_expf, "block per row, 3 reads, expf"),
+               Rung("softmax_three_pass_fastmath_kernel", softmax_three_pass_fastmath,
+                    "block per row, 3 reads, __expf"),
+               Rung("softmax_online_kernel", softmax_online, "block per row, 2 reads, (m, l) merge"),
+               Rung("softmax_warp_per_row_kernel", softmax_warp_per_row, "warp per row, 2 reads"),
+               Rung("softmax_on_chip_kernel", softmax_on_chip,
+                    f"block per row, row in registers, 1 read (rows > {ON_CHIP_MAX_COLS}: online, 2 reads)"),
+               Rung("softmax_on_chip_fastmath_kernel", softmax_on_chip_fastmath,
+                    "softmax_on_chip_kernel with __expf")],
+        baselines=[Baseline("torch.softmax", _torch_softmax, "torch.softmax(x, 1, out=out)")],
+        tolerance=softmax_tolerance,
+    ),
+    copy_ceiling(CHAPTER, SIZES),
+]
+
+
+# --- recorded extras: exp accuracy, kernel resources --------------------------------------------------
+def exp_values(x, out):
+    """out[i] = exp(x[i]) in float32: compiled with expf and with fastmath's __expf to measure both."""
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = math.exp(x[i])
+
+
+exp_expf_kernel = cuda.jit(exp_values)
+exp_fastmath_kernel = cuda.jit(fastmath=True)(exp_values)
+
+
+def exp_error_table(x, got):
+    """Per-input error of float32 exp results `got` against float64 exp(x): (ulps, relative error). An ulp
+    is the spacing of float32 at the exact result; results below float32's normal range are skipped
+    (fastmath flushes them to zero by design)."""
+    exact = np.exp(np.asarray(x, dtype=np.float64))
+    normal = exact >= np.finfo(np.float32).tiny
+    exact, got = exact[normal], np.asarray(got, dtype=np.float64)[normal]
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    return np.abs(got - exact) / ulp, np.abs(got - exact) / exact, np.asarray(x)[normal]
+
+
+def record_extra(folder) -> list:
+    """On the GPU: the measured accuracy of expf and __expf over the inputs softmax gives exp (x - m ≤ 0),
+    and each softmax kernel's registers, local memory and shared memory per thread/block."""
+    import json
+
+    import pandas as pd
+
+    from lib.results import environment
+
+    folder = Path(folder)
+    env = environment()
+    rng = np.random.default_rng(0)
+    n = 1 << 24
+    x = np.concatenate([rng.uniform(-87.0, 0.0, n), rng.uniform(-1.0, 0.0, n)]).astype(np.float32)
+    d_x = cuda.to_device(x)
+    d_out = cuda.device_array_like(d_x)
+    threads = 256
+    rows = []
+    bins = [0, 1, 4, 16, 32, 64, 88]
+    for name, kernel in [("expf", exp_expf_kernel), ("__expf (fastmath)", exp_fastmath_kernel)]:
+        kernel[(x.size + threads - 1) // threads, threads](d_x, d_out)
+        ulps, rel, xs = exp_error_table(x, d_out.copy_to_host())
+        for lo, hi in zip(bins[:-1], bins[1:]):
+            sel = (-xs >= lo) & (-xs < hi)
+            rows.append({"function": name, "x_from": -hi, "x_to": -lo, "inputs": int(sel.sum()),
+                         "max_ulp": float(ulps[sel].max()), "mean_ulp": float(ulps[sel].mean()),
+                         "max_rel_error": float(rel[sel].max()), **env})
+    accuracy = folder / f"{CHAPTER}.exp_accuracy.csv"
+    pd.DataFrame(rows).to_csv(accuracy, index=False, float_format="%.6g")
+
+    # Resources of each kernel as compiled for the 8192-wide rows (local memory 0 = the row stayed in
+    # registers). Compile by launching once on a small input that is checked first.
+    (xs_small,) = softmax_inputs((4, 8192), rng)
+    expected = softmax_reference(xs_small)
+    d_small = cuda.to_device(xs_small)
+    d_res = cuda.device_array_like(d_small)
+    stats = []
+    for name, launch, kernel in [
+            ("softmax_three_pass_kernel", softmax_three_pass_expf, softmax_three_pass_kernel),
+            ("softmax_three_pass_fastmath_kernel", softmax_three_pass_fastmath,
+             softmax_three_pass_fastmath_kernel),
+            ("softmax_online_kernel", softmax_online, softmax_online_kernel),
+            ("softmax_warp_per_row_kernel", softmax_warp_per_row, softmax_warp_per_row_kernel),
+            ("softmax_on_chip_kernel", softmax_on_chip, on_chip_kernel(8192)),
+            ("softmax_on_chip_fastmath_kernel", softmax_on_chip_fastmath, on_chip_kernel(8192, True))]:
+        launch(d_small, d_res)
+        tol = softmax_tolerance(xs_small, expected)
+        err = np.abs(d_res.copy_to_host() - expected)
+        if not np.all(err <= tol.rtol * np.abs(expected) + tol.atol):
+            raise AssertionError(f"{name} is wrong at 4x8192; no statistics recorded")
+        sig = kernel.signatures[0]
+        stats.append({"kernel": name, "cols": 8192, "threads_per_block": ROW_THREADS,
+                      "registers_per_thread": int(kernel.get_regs_per_thread(sig)),
+                      "local_bytes_per_thread": int(kernel.get_local_mem_per_thread(sig)),
+                      "shared_bytes_per_block": int(kernel.get_shared_mem_per_block(sig)),
+                      "max_rel_error_4x8192": float(np.max(err / np.maximum(np.abs(expected), 1e-30)
+                                                           * (expected > 1e-7))),
+                      **env})
+    resources = folder / f"{CHAPTER}.kernel_resources.csv"
+    pd.DataFrame(stats).to_csv(resources, index=False, float_format="%.6g")
+    with open(folder / f"{CHAPTER}.exp_accuracy.json", "w") as f:
+        json.dump({"inputs": "2^24 uniform in [-87, 0] and 2^24 uniform in [-1, 0], float32",
+                   "reference": "numpy float64 exp", **env}, f, indent=1)
+    return [accuracy, resources, folder / f"{CHAPTER}.exp_accuracy.json"]
