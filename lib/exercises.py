@@ -129,6 +129,29 @@ def _softmax_tolerance(x, expected):
     return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-7)
 
 
+# --- online_merge (softmax chapter) ----------------------------------------------------------------
+def _online_merge_inputs(size, rng):
+    """Per-tile states (m, l) of `tiles` tiles per row: every third row lifted to m in [80, 100] (exp(m)
+    overflows float32 there), about 1 tile in 8 empty (-inf, 0), and the last row all empty."""
+    rows, tiles = size
+    m = rng.normal(0.0, 3.0, size=(rows, tiles)).astype(np.float32)
+    m[::3] += rng.uniform(80.0, 100.0, size=m[::3].shape).astype(np.float32)
+    l = rng.uniform(1.0, 64.0, size=(rows, tiles)).astype(np.float32)  # a tile's sum counts its max as 1
+    empty = rng.random((rows, tiles)) < 0.125
+    if rows > 1:
+        empty[-1] = True
+    m[empty], l[empty] = -np.inf, 0.0
+    return m, l
+
+
+def _online_merge_reference(m, l):
+    m, l = _f64(m, l)
+    top = m.max(axis=1)
+    shift = np.where(np.isneginf(top), 0.0, top)
+    total = (l * np.exp(m - shift[:, None])).sum(axis=1)
+    return np.stack([top, total], axis=1)
+
+
 # --- attention ---------------------------------------------------------------------------------------
 def _attention_inputs(size, rng):
     m, n, d = size
@@ -193,6 +216,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=_exclusive_scan, tolerance=_scan_tolerance,
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("online_merge", "online_merge(m, l, out)",
+             "out[r] = (M, L), the merge of row r's tile states (m[r, t], l[r, t]); empty rows give (-inf, 0)",
+             make_inputs=_online_merge_inputs, out_shape=lambda m, l: (m.shape[0], 2),
+             reference=_online_merge_reference,
+             tolerance=lambda m, l, expected: Tolerance(rtol=2 * k_scaled_rtol(m.shape[1])),
+             sim_cases=((1, 1), (5, 37), (40, 9)), gpu_cases=((1, 1), (1000, 37), (65536, 64))),
     Exercise("softmax_rows", "softmax_rows(x, out)", "each row of out = softmax of that row of x (2-D)",
              make_inputs=_softmax_inputs, out_shape=lambda x: x.shape, reference=_softmax_reference,
              tolerance=_softmax_tolerance, sim_cases=((1, 1), (5, 37), (7, 300)),
