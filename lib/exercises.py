@@ -98,6 +98,13 @@ def _exclusive_scan(x):
     return np.concatenate([[0.0], np.cumsum(x)[:-1]])
 
 
+def _compact_positive(x):
+    """The elements of x that are > 0, in their order, then zeros: stream compaction."""
+    x = np.asarray(x, dtype=np.float64)
+    kept = x[x > 0]
+    return np.concatenate([kept, np.zeros(x.size - kept.size)])
+
+
 WARP_SIZE = 32
 
 
@@ -215,6 +222,11 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("scan_exclusive", "scan_exclusive(x, out)", "out[0] = 0, out[i] = x[0] + ... + x[i-1]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=_exclusive_scan, tolerance=_scan_tolerance,
+             sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+    Exercise("compact_positive", "compact_positive(x, out)",
+             "out starts with the elements of x that are > 0, in their order; the rest of out is 0",
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
+             reference=_compact_positive, tolerance=lambda x, expected: Tolerance(rtol=0.0),
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("online_merge", "online_merge(m, l, out)",
              "out[r] = (M, L), the merge of row r's tile states (m[r, t], l[r, t]); empty rows give (-inf, 0)",
