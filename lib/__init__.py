@@ -80,8 +80,7 @@ def pick(sim, gpu):
 
 def banner() -> str:
     if SIMULATOR:
-        return ("lib: no CUDA GPU found: kernels run on numba's CUDA simulator "
-                "(small sizes, no timings; recorded H200 results are shown instead)")
+        return "lib: no CUDA GPU, kernels run on numba's CUDA simulator (small sizes, no timings)"
     return f"lib: running on {DEVICE_NAME} (full sizes, live timings)"
 
 
