@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32, float64
 
-from lib.bench import Baseline, Ladder, Rung, copy_ceiling, torch_copy
+from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.validate import require
 from lib.widgets.bank_conflicts import conflict_report
 
@@ -438,7 +438,8 @@ def ncu_launches() -> list[dict]:
     out = []
     for kind in ("tiled", "padded", "swizzled"):
         pred = predicted_shared_wavefronts(kind, *NCU_TRANSPOSE)
-        out.append({"kernel": f"transpose_{kind}_kernel", "symbol": f"transpose_{kind}_kernel", "case": "x".join(map(str, NCU_TRANSPOSE)),
+        out.append({"kernel": f"transpose_{kind}_kernel", "symbol": f"transpose_{kind}_kernel",
+                    "case": "x".join(map(str, NCU_TRANSPOSE)),
                     "predicted": {NCU_METRICS[0]: pred["ld_wavefronts"], NCU_METRICS[1]: pred["ld_conflicts"],
                                   NCU_METRICS[2]: pred["st_wavefronts"], NCU_METRICS[3]: pred["st_conflicts"]}})
     warps = PROBE_BLOCKS * THREADS // 32
@@ -449,7 +450,8 @@ def ncu_launches() -> list[dict]:
                     "predicted": {NCU_METRICS[0]: warps * PROBE_READS * report["wavefronts"],
                                   NCU_METRICS[1]: warps * PROBE_READS * report["conflicts"]}})
     for stride, offset in NCU_COPIES:
-        out.append({"kernel": "copy_strided_kernel", "symbol": "copy_strided_kernel", "case": f"stride {stride}, offset {offset}",
+        out.append({"kernel": "copy_strided_kernel", "symbol": "copy_strided_kernel",
+                    "case": f"stride {stride}, offset {offset}",
                     "predicted": {"sectors per request": sectors_per_request(stride, offset)}})
     return out
 
