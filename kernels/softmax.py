@@ -472,11 +472,12 @@ def record_extra(folder) -> list:
         err = np.abs(d_res.copy_to_host() - expected)
         if not np.all(err <= tol.rtol * np.abs(expected) + tol.atol):
             raise AssertionError(f"{name} is wrong at 4x8192; no statistics recorded")
-        sig = kernel.signatures[0]
-        stats.append({"kernel": name, "cols": 8192, "threads_per_block": ROW_THREADS,
-                      "registers_per_thread": int(kernel.get_regs_per_thread(sig)),
-                      "local_bytes_per_thread": int(kernel.get_local_mem_per_thread(sig)),
-                      "shared_bytes_per_block": int(kernel.get_shared_mem_per_block(sig)),
+        compiled = next(iter(kernel.overloads.values()))  # one signature: C-contiguous 2-D float32
+        stats.append({"kernel": name, "cols": 8192,
+                      "threads_per_block": WARP_ROWS_PER_BLOCK * WARP if "warp" in name else ROW_THREADS,
+                      "registers_per_thread": int(compiled.regs_per_thread),
+                      "local_bytes_per_thread": int(compiled.local_mem_per_thread),
+                      "shared_bytes_per_block": int(compiled.shared_mem_per_block),
                       "max_rel_error_4x8192": float(np.max(err / np.maximum(np.abs(expected), 1e-30)
                                                            * (expected > 1e-7))),
                       **env})

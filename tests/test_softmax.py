@@ -241,3 +241,12 @@ def test_online_merge_reference_and_inputs():
         for t in range(5):
             state = ow.merge(state, (float(m[r, t]), float(l[r, t])))
         assert expected[r, 0] == state[0] and math.isclose(expected[r, 1], state[1], rel_tol=1e-9)
+
+
+def test_exp_error_table_counts_ulps():
+    x = np.linspace(-87.0, 0.0, 10001).astype(np.float32)
+    rounded = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded: at most half an ulp
+    ulps, rel, kept = sm.exp_error_table(x, rounded)
+    assert kept.size == x.size and ulps.max() <= 0.5 and rel.max() < 2 ** -23
+    off_by_two = np.nextafter(np.nextafter(rounded, np.inf), np.inf)
+    assert sm.exp_error_table(x, off_by_two)[0].max() > 1.5

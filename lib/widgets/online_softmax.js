@@ -70,10 +70,11 @@ function svgEl(name, attrs, text) {
   return e;
 }
 
-function control(label, input) {
+function control(label, input, readout) {
   const wrap = document.createElement("label");
-  wrap.style.cssText = "margin-right:1.2em;white-space:nowrap";
+  wrap.style.cssText = "margin-right:1.5em;white-space:nowrap";
   wrap.append(label + " ", input);
+  if (readout) wrap.append(" ", readout);
   return wrap;
 }
 
@@ -118,8 +119,8 @@ function render({ model, el }) {
   const tileText = document.createElement("span");
   const stepText = document.createElement("span");
   const controls = document.createElement("div");
-  controls.append(control("row", presetSelect), control("tile size", tileInput), tileText,
-    control(" tiles merged", stepInput), stepText);
+  controls.append(control("row", presetSelect), control("tile size", tileInput, tileText),
+    control("tiles merged", stepInput, stepText));
   const charts = document.createElement("div");
   const note = document.createElement("p");
   const table = document.createElement("table");
@@ -144,9 +145,9 @@ function render({ model, el }) {
 
     presetSelect.replaceChildren(...Object.keys(presets).map((k) =>
       Object.assign(document.createElement("option"), { value: k, textContent: k, selected: k === name })));
-    tileInput.max = row.length; tileInput.value = tile; tileText.textContent = `${tile} `;
+    tileInput.max = row.length; tileInput.value = tile; tileText.textContent = String(tile);
     stepInput.max = steps.length; stepInput.value = step;
-    stepText.textContent = ` ${step} of ${steps.length}`;
+    stepText.textContent = `${step} of ${steps.length}`;
 
     const xs = row.map(value);
     const current = step > 0 ? steps[step - 1] : null;
