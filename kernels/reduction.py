@@ -49,17 +49,23 @@ def partials_buffer(length: int):
     return _partials[length]
 
 
+def pass_grids(n: int, elements_per_block: int) -> list[int]:
+    """Blocks of each launch of reduce_in_passes over n > 0 elements: ceil(n / e), then ceil(that / e), ...
+    down to 1. For 2^28 elements and e = 256: [1048576, 4096, 16, 1]."""
+    grids = [blocks_for(n, elements_per_block)]
+    while grids[-1] > 1:
+        grids.append(blocks_for(grids[-1], elements_per_block))
+    return grids
+
+
 def reduce_in_passes(kernel, elements_per_block: int, x, out):
-    """Launch `kernel` (one partial per block) on x, then on its partials, until one block is enough; that
-    last launch writes out[0]. With 2^28 inputs and 256 elements per block: 2^20, 4096, 16, 1 partials."""
-    n, source = x.size, x
-    while True:
-        blocks = blocks_for(n, elements_per_block)
+    """Launch `kernel` (one partial per block) on x, then on its partials, and so on (pass_grids); the
+    last launch, of one block, writes out[0]."""
+    source = x
+    for blocks in pass_grids(x.size, elements_per_block):
         target = out if blocks == 1 else partials_buffer(blocks)
         kernel[blocks, BLOCK](source, target)
-        if blocks == 1:
-            return
-        n, source = blocks, target
+        source = target
 
 
 def _checked(x, out, where):
@@ -111,7 +117,7 @@ def reduce_interleaved_strided(x, partial):
 
     Memory: as rung 0 in global memory. In shared memory thread t reads words 2·s·t and 2·s·t + s: lanes of
     a warp are 2s words apart, so with 32 banks of 4 bytes a warp's access is a 2-way bank conflict at
-    s = 1, 4-way at s = 2 ... up to 16-way (and more rounds serialise) until fewer than 32 threads work.
+    s = 1, 4-way at s = 2 and 8-way from s = 4 on, until too few threads work to collide.
     Launch: 1-D, BLOCK threads, ceil(n / BLOCK) blocks; threads past the end contribute 0.
     """
     cache = cuda.shared.array(BLOCK, float32)
