@@ -91,12 +91,3 @@ def occupancy(gpu: str | dict, threads: int, regs_per_thread: int, smem_per_bloc
             "limiting": [] if error else [name for name in LIMITS if limits[name] == blocks],
             "regs_per_block": regs_per_block, "smem_per_block": smem_allocated, "error": error}
 
-
-def describe(gpu: str, threads: int, regs_per_thread: int, smem_per_block: int) -> str:
-    """One line: what fits and why, for printing in a chapter."""
-    r = occupancy(gpu, threads, regs_per_thread, smem_per_block)
-    head = f"{threads} threads, {regs_per_thread} regs/thread, {smem_per_block:,} B shared/block on {gpu}: "
-    if r["error"]:
-        return head + "does not launch: " + r["error"]
-    return head + (f"{r['blocks']} blocks = {r['warps']} warps per SM ({r['occupancy']:.0%} occupancy), "
-                   f"limited by {' and '.join(r['limiting'])}")

@@ -10,7 +10,7 @@ import pytest
 from numba import cuda
 
 import lib
-from kernels.hardware import (BRANCH_KERNELS, WARP, branch_reference, run_branches, vector_add_float4,
+from kernels.hardware import (BRANCH_KERNELS, WARP, branch_matches, run_branches, vector_add_float4,
                               warp_sum)
 from lib.gpu_diagram import GH100, fused_off_tpcs
 from lib.occupancy import limits_for, occupancy
@@ -153,7 +153,9 @@ def test_branch_kernels_compute_and_report_their_active_lanes(name):
     x = np.random.default_rng(0).uniform(-1, 1, n).astype(np.float32)
     out, masks = cuda.device_array(n, np.float32), cuda.device_array(n, np.uint32)
     run_branches(kernel, cuda.to_device(x), out, masks)
-    np.testing.assert_allclose(out.copy_to_host(), branch_reference(x, path_b(np.arange(n))), rtol=1e-4, atol=1e-5)
+    assert branch_matches(out.copy_to_host(), x, path_b(np.arange(n)))
+    other = BRANCH_KERNELS[next(k for k in BRANCH_KERNELS if k != name)][1]
+    assert not branch_matches(out.copy_to_host(), x, other(np.arange(n)))  # the check tells the paths apart
     got = masks.copy_to_host()
     live_last = (1 << (n % WARP)) - 1
     for i in range(n):
@@ -168,3 +170,32 @@ def test_run_branches_rejects_a_wrong_mask_type():
     with pytest.raises(TypeError):
         run_branches(BRANCH_KERNELS["branch_by_lane_kernel"][0], x, cuda.device_array(32, np.float32),
                      cuda.device_array(32, np.float32))
+
+
+# --- reading listings -----------------------------------------------------------------------------------
+def test_annotate_keeps_the_stamp_and_notes_only_known_instructions():
+    from lib.ptx import SASS_NOTES, annotate
+
+    sass = ("// recorded on NVIDIA H200, 2026-12-01\n"
+            "        /*0000*/                   LDC R1, c[0x0][0x28] ;\n"
+            "        /*0010*/                   S2R R0, SR_TID.X ;\n"
+            "        /*0080*/                   LDG.E.128 R4, desc[UR4][R2.64] ;\n"
+            "        /*0090*/                   LDG.E R8, desc[UR4][R6.64] ;\n"
+            "        /*00a0*/                   SHFL.DOWN PT, R9, R8, 0x10, 0x1f ;\n"
+            "        /*00b0*/                   EXIT ;\n")
+    lines = annotate(sass, SASS_NOTES).splitlines()
+    assert lines[0].startswith("// recorded on NVIDIA H200")
+    assert len(lines) == 6 and not any("LDC" in line for line in lines)
+    assert "128-bit" in lines[2] and "32-bit" in lines[3] and "shuffle" in lines[4] and "done" in lines[5]
+    assert annotate(sass, SASS_NOTES, limit=2).splitlines()[-1] == "…"
+
+
+def test_show_says_when_nothing_is_recorded(tmp_path, capsys):
+    from lib.ptx import show
+
+    show("no_such_kernel", "sass", folder=tmp_path)
+    assert "not recorded yet" in capsys.readouterr().out
+    (tmp_path / "hardware.k.ptx").write_text("// stamp\n\tadd.f32 \t%f3, %f2, %f1;\n\tmov.b32 %r1, 0;\n")
+    show("k", "ptx", folder=tmp_path)
+    out = capsys.readouterr().out
+    assert "add.f32" in out and "mov.b32" not in out
