@@ -250,3 +250,13 @@ def test_exp_error_table_counts_ulps():
     assert kept.size == x.size and ulps.max() <= 0.5 and rel.max() < 2 ** -23
     off_by_two = np.nextafter(np.nextafter(rounded, np.inf), np.inf)
     assert sm.exp_error_table(x, off_by_two)[0].max() > 1.5
+
+
+def test_record_exp_accuracy_writes_bins(tmp_path):
+    """Runs on the simulator with a few inputs (Python's exp there, so the error is only rounding)."""
+    env = {"device": "sim", "numba_cuda": "x", "torch": "", "date": "2026-01-01"}
+    path = sm.record_exp_accuracy(tmp_path, env, n=256)
+    import pandas as pd
+    acc = pd.read_csv(path)
+    assert set(acc["function"]) == {"expf", "__expf (fastmath)"}
+    assert acc["inputs"].sum() == 2 * 512 and (acc["max_ulp"] <= 0.5).all()
