@@ -23,6 +23,7 @@ from lib.widgets.bank_conflicts import conflict_report
 CHAPTER = "memory"
 THREADS = 256         # threads per block of the 1-D kernels: 8 warps
 TILE = 32             # transpose tile: 32 x 32 floats, one warp wide
+TILE_PADDED = TILE + 1  # a padded tile row; a named constant because numba wants literal shared-array shapes
 BLOCK_ROWS = 8        # a transpose block is TILE x BLOCK_ROWS threads; each thread moves TILE / BLOCK_ROWS floats
 VECTOR = 4            # floats per thread in copy_four_per_thread_kernel (16 bytes, one float32x4's worth)
 SECTOR_BYTES = 32     # global memory moves in 32-byte sectors
@@ -201,7 +202,7 @@ def transpose_padded_kernel(a, out):
     of padding per row (3% more shared memory).
     Launch: as transpose_tiled_kernel.
     """
-    tile = cuda.shared.array((TILE, TILE + 1), float32)
+    tile = cuda.shared.array((TILE, TILE_PADDED), float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     c = cuda.blockIdx.x * TILE + tx
     for k in range(0, TILE, BLOCK_ROWS):
