@@ -12,6 +12,7 @@ import pytest
 from numba import cuda
 
 import kernels.softmax as sm
+import lib
 from lib.bench import run_ladder
 from lib.check import compare
 from lib.exercises import EXERCISES
@@ -259,4 +260,8 @@ def test_record_exp_accuracy_writes_bins(tmp_path):
     import pandas as pd
     acc = pd.read_csv(path)
     assert set(acc["function"]) == {"expf", "__expf (fastmath)"}
-    assert acc["inputs"].sum() == 2 * 512 and (acc["max_ulp"] <= 0.5).all()
+    assert acc["inputs"].sum() == 2 * 512
+    if lib.SIMULATOR:  # Python's exp: only the final rounding to float32
+        assert (acc["max_ulp"] <= 0.5).all()
+    else:  # CUDA's expf is within 2 ulp (CUDA C++ Programming Guide, mathematical functions appendix)
+        assert (acc[acc["function"] == "expf"]["max_ulp"] <= 2).all()
