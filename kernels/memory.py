@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32, float64
 
+from kernels.intro import blocks_for
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.validate import require
 from lib.widgets.bank_conflicts import conflict_report
@@ -120,10 +121,6 @@ def copy_four_per_thread_kernel(src, dst):
     else:
         for i in range(base, src.size):
             dst[i] = src[i]
-
-
-def blocks_for(n: int, per_block: int = THREADS) -> int:
-    return (n + per_block - 1) // per_block
 
 
 def copy_strided(src, dst, stride: int = 1, offset: int = 0):
