@@ -160,12 +160,25 @@ def _online_merge_reference(m, l):
 
 
 # --- attention ---------------------------------------------------------------------------------------
+SPIKE_SCORE = 3.0  # the spike-late key's score is SPIKE_SCORE * q[..., 0], in [1.5, 4.5]
+
+
+def spike_late_qkv(rng, q_shape, kv_shape):
+    """q, k, v uniform in [-1, 1], except q[..., 0] in [0.5, 1.5] and a "spike-late" last key
+    (SPIKE_SCORE·sqrt(d), 0, ..., 0): its score q·k/sqrt(d) = SPIKE_SCORE·q[0] ≥ 1.5, while the other keys'
+    scores spread with a standard deviation of about 0.34, so the last key holds the row maximum in almost
+    every row and a kernel that walks the keys in order meets the maximum in its last tile (the rescale)."""
+    q, k, v = _uniform(rng, q_shape), _uniform(rng, kv_shape), _uniform(rng, kv_shape)
+    d = q_shape[-1]
+    q[..., 0] = rng.uniform(0.5, 1.5, size=q_shape[:-1]).astype(np.float32)
+    k[..., -1, :] = 0.0
+    k[..., -1, 0] = np.float32(SPIKE_SCORE * np.sqrt(d))
+    return q, k, v
+
+
 def _attention_inputs(size, rng):
     m, n, d = size
-    q, k, v = _uniform(rng, (m, d)), _uniform(rng, (n, d)), _uniform(rng, (n, d))
-    # a "spike-late" key: the last key aligns with every query, so the row maximum arrives in the last tile
-    k[-1] = np.sign(q.sum(axis=0)) * 1.0
-    return q, k, v
+    return spike_late_qkv(rng, (m, d), (n, d))
 
 
 def _attention_probs(q, k):

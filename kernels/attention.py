@@ -1,0 +1,548 @@
+"""Kernels of the FlashAttention chapter: attention out = softmax(q @ k.T / sqrt(d)) @ v for a batch of
+heads, inputs (heads, n, d) float32 C-contiguous (batch × heads flattened into the first axis).
+
+Path 1 materialises the (heads, m, n) score matrix: a tiled q @ k.T, the softmax chapter's row softmax,
+a tiled p @ v — three kernels and two n × n buffers. Path 2 is one kernel that never writes a score to
+memory: FlashAttention's forward pass (a query tile per block, key/value tiles through shared memory, the
+softmax chapter's running maximum and sum per row, rescaled when a tile brings a larger maximum).
+Both handle any m and n (ragged tiles are zero-filled and masked); path 2 is compiled per head dimension
+(64 or 128) and per masking (full or causal).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from numba import cuda, float32
+
+import lib
+from lib.bench import Baseline, Ladder, Rung
+from lib.check import k_scaled_rtol
+from lib.exercises import Tolerance, spike_late_qkv
+from lib.validate import require
+from kernels.matmul import SMEM_ALIGN, load_float4
+from kernels.softmax import NEG_INF, ZERO, softmax_on_chip, softmax_warp_per_row
+
+CHAPTER = "attention"
+FULL_MASK = 0xFFFFFFFF
+PAD = 4                     # words added to a shared row: spreads transposed stores over the banks, and
+                            # keeps every row 16-byte aligned for load_float4
+
+# --- path 1: batched tiled matmuls (the matmul chapter's rung 5 tiling: 8 × 8 outputs per thread) ------
+MM_BK, MM_TM, MM_TN = 8, 8, 8
+SCORES_BM, SCORES_BN = 128, 128     # s = scale · q @ k.T: 256 threads, a 128 × 128 tile of scores each
+PV_BM, PV_BN = 128, 64              # o = p @ v: 128 threads; d = 64 is one tile wide
+# The row softmax between them is the softmax chapter's. On a GPU: its fastest rung, which keeps a row in
+# registers (one read of the scores). The simulator spends ~0.5 s on each of that kernel's 256-thread blocks
+# (one per row), so there path 1 uses the warp-per-row rung (eight rows per block) instead.
+PATH1_SOFTMAX = lib.pick(sim=softmax_warp_per_row, gpu=softmax_on_chip)
+
+# --- path 2: FlashAttention forward. LANES consecutive threads share a group of query rows: each holds
+# KEYS = BC / LANES of the tile's keys and DIMS = D / LANES of the output's dimensions for them. ----------
+FLASH_THREADS = 128
+FLASH_CONFIGS = {            # head dim -> query rows per block (BR), keys per tile (BC), lanes per row group
+    64: dict(BR=64, BC=32, LANES=8),    # 4 rows × 4 keys, 4 rows × 8 dims per thread; 43.5 KB shared
+    128: dict(BR=32, BC=16, LANES=4),   # 1 row × 4 keys, 1 row × 32 dims per thread; 39.2 KB shared
+}
+HEAD_DIMS = tuple(FLASH_CONFIGS)
+STATIC_SMEM_LIMIT = 48 * 1024          # the most a block's static shared arrays may take
+
+
+def flash_shape(head_dim: int) -> dict:
+    """Derived sizes of path 2's configuration for one head dimension (checked invariants)."""
+    cfg = dict(FLASH_CONFIGS[head_dim])
+    br, bc, lanes = cfg["BR"], cfg["BC"], cfg["LANES"]
+    groups = FLASH_THREADS // lanes
+    cfg.update(D=head_dim, GROUPS=groups, ROWS=br // groups, KEYS=bc // lanes, DIMS=head_dim // lanes)
+    assert lanes & (lanes - 1) == 0 and lanes <= 32, "a row group is a power-of-two run of lanes in one warp"
+    assert br % groups == 0 and bc % lanes == 0 and head_dim % (4 * lanes) == 0
+    assert cfg["KEYS"] % 4 == 0, "a thread's keys are read as float4 from the transposed key tile"
+    words = head_dim * (br + PAD) + head_dim * (bc + PAD) + bc * head_dim + bc * (br + PAD)
+    cfg["smem_bytes"] = 4 * words
+    assert cfg["smem_bytes"] <= STATIC_SMEM_LIMIT, cfg
+    return cfg
+
+
+def _cdiv(x, y):
+    return (x + y - 1) // y
+
+
+# ------------------------------------------------------------------------------------------------
+# Path 1: materialised scores
+# ------------------------------------------------------------------------------------------------
+_MATMUL_KERNELS: dict = {}
+
+
+def make_batched_matmul_kernel(BM: int, BN: int, b_transposed: bool):
+    """Build (once per shape) c[z] = alpha · a[z] @ op(b[z]) for every z, op(b) = b.T if b_transposed."""
+    key = (BM, BN, b_transposed)
+    if key in _MATMUL_KERNELS:
+        return _MATMUL_KERNELS[key]
+    THREADS = (BM // MM_TM) * (BN // MM_TN)
+    COLS = BN // MM_TN
+    A_WIDTH, B_WIDTH = BM + PAD, BN + PAD   # computed here: a shared array's shape must be literal numbers
+    B_TRANSPOSED = b_transposed
+
+    @cuda.jit
+    def batched_matmul_kernel(a, b, c, alpha):
+        """c[z] = alpha · a[z] @ b[z] (b of shape (Z, K, N)) or alpha · a[z] @ b[z].T (b of shape
+        (Z, N, K)); a block computes a BM × BN tile of c[z], each thread an 8 × 8 patch in registers.
+
+        Memory: per step of BK along K a block reads (BM + BN)·BK floats for 2·BM·BN·BK FLOPs
+        (BM·BN / (2·(BM + BN)) FLOPs per byte: 32 for 128 × 128, 21 for 128 × 64). Global loads walk along
+        each operand's contiguous axis (a warp reads 4 runs of 8 floats along K, or 32 floats along N).
+        The a tile (and a transposed b tile) is stored transposed, with rows padded by PAD words: the
+        stores are conflict-free and a thread's 8 values are two 16-byte shared loads (LDS.128).
+        Launch: 1-D blocks of THREADS, grid (ceil(N / BN), ceil(M / BM), Z); out-of-range tile elements
+        are loaded as 0 and only in-range outputs are stored.
+        """
+        a_t = cuda.shared.array((MM_BK, A_WIDTH), float32, alignment=SMEM_ALIGN)
+        b_s = cuda.shared.array((MM_BK, B_WIDTH), float32, alignment=SMEM_ALIGN)
+        acc = cuda.local.array((MM_TM, MM_TN), float32)
+        a_frag = cuda.local.array(MM_TM, float32)
+        b_frag = cuda.local.array(MM_TN, float32)
+        t = cuda.threadIdx.x
+        z = cuda.blockIdx.z
+        m, k = a.shape[1], a.shape[2]
+        n = c.shape[2]
+        block_row = cuda.blockIdx.y * BM
+        block_col = cuda.blockIdx.x * BN
+        row0 = (t // COLS) * MM_TM
+        col0 = (t % COLS) * MM_TN
+        for i in range(MM_TM):
+            for j in range(MM_TN):
+                acc[i, j] = float32(0.0)
+        for k0 in range(0, k, MM_BK):
+            for e in range(t, BM * MM_BK, THREADS):
+                r, p = e // MM_BK, e % MM_BK
+                gr, gk = block_row + r, k0 + p
+                a_t[p, r] = a[z, gr, gk] if gr < m and gk < k else float32(0.0)
+            if B_TRANSPOSED:
+                for e in range(t, BN * MM_BK, THREADS):
+                    col, p = e // MM_BK, e % MM_BK
+                    gc, gk = block_col + col, k0 + p
+                    b_s[p, col] = b[z, gc, gk] if gc < n and gk < k else float32(0.0)
+            else:
+                for e in range(t, MM_BK * BN, THREADS):
+                    p, col = e // BN, e % BN
+                    gk, gc = k0 + p, block_col + col
+                    b_s[p, col] = b[z, gk, gc] if gk < k and gc < n else float32(0.0)
+            cuda.syncthreads()
+            for p in range(MM_BK):
+                for i in range(0, MM_TM, 4):
+                    a_frag[i], a_frag[i + 1], a_frag[i + 2], a_frag[i + 3] = load_float4(a_t, p, row0 + i)
+                for j in range(0, MM_TN, 4):
+                    b_frag[j], b_frag[j + 1], b_frag[j + 2], b_frag[j + 3] = load_float4(b_s, p, col0 + j)
+                for i in range(MM_TM):
+                    for j in range(MM_TN):
+                        acc[i, j] += a_frag[i] * b_frag[j]
+            cuda.syncthreads()
+        for i in range(MM_TM):
+            row = block_row + row0 + i
+            for j in range(MM_TN):
+                col = block_col + col0 + j
+                if row < m and col < n:
+                    c[z, row, col] = alpha * acc[i, j]
+
+    _MATMUL_KERNELS[key] = (batched_matmul_kernel, THREADS)
+    return _MATMUL_KERNELS[key]
+
+
+def scores(q, k, s):
+    """s[z] = q[z] @ k[z].T / sqrt(d): the score matrix, written to memory (path 1, kernel 1)."""
+    heads, m, d = q.shape
+    n = k.shape[1]
+    kernel, threads = make_batched_matmul_kernel(SCORES_BM, SCORES_BN, True)
+    kernel[(_cdiv(n, SCORES_BN), _cdiv(m, SCORES_BM), heads), threads](q, k, s, float32(1.0 / math.sqrt(d)))
+
+
+def probabilities_times_values(p, v, out):
+    """out[z] = p[z] @ v[z] (path 1, kernel 3)."""
+    heads, m, n = p.shape
+    d = v.shape[2]
+    kernel, threads = make_batched_matmul_kernel(PV_BM, PV_BN, False)
+    kernel[(_cdiv(d, PV_BN), _cdiv(m, PV_BM), heads), threads](p, v, out, float32(1.0))
+
+
+_WORKSPACE: dict = {}
+
+
+def score_workspace(heads: int, m: int, n: int):
+    """The two (heads, m, n) float32 buffers of path 1 (scores, probabilities), allocated on first use and
+    kept, as a library keeps its workspace, so that no allocation is timed. Only the latest shape is kept."""
+    shape = (heads, m, n)
+    if shape not in _WORKSPACE:
+        _WORKSPACE.clear()
+        _WORKSPACE[shape] = (cuda.device_array(shape, np.float32), cuda.device_array(shape, np.float32))
+    return _WORKSPACE[shape]
+
+
+def _check_qkv(q, k, v, out, where, head_dims=None):
+    require(q, "q", ndim=3, where=where)
+    heads, m, d = q.shape
+    require(k, "k", ndim=3, where=where)
+    if k.shape[0] != heads or k.shape[2] != d:
+        raise ValueError(f"{where}: k must have shape ({heads}, n, {d}) to match q {tuple(q.shape)}, "
+                         f"got {tuple(k.shape)}")
+    require(v, "v", shape=tuple(k.shape), where=where)
+    require(out, "out", shape=tuple(q.shape), where=where)
+    if head_dims is not None and d not in head_dims:
+        raise ValueError(f"{where}: head dimension {d} is not compiled; this kernel supports {head_dims}")
+    if k.shape[1] == 0:
+        raise ValueError(f"{where}: attention over zero keys is undefined (n = 0)")
+    return heads, m, k.shape[1], d
+
+
+def attention_materialised(q, k, v, out):
+    """Path 1: s = q @ k.T / sqrt(d) written to memory, p = softmax(s) row by row (the softmax chapter's
+    kernel), out = p @ v. Three launches and 2·heads·m·n floats of workspace."""
+    heads, m, n, d = _check_qkv(q, k, v, out, "attention_materialised")
+    if heads == 0 or m == 0:
+        return
+    s, p = score_workspace(heads, m, n)
+    scores(q, k, s)
+    PATH1_SOFTMAX(s.reshape(heads * m, n), p.reshape(heads * m, n))
+    probabilities_times_values(p, v, out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Path 2: FlashAttention forward
+# ------------------------------------------------------------------------------------------------
+_FLASH_KERNELS: dict = {}
+
+
+def make_flash_attention_kernel(head_dim: int, causal: bool):
+    """Build (once per head dimension and masking) the fused attention kernel. Every size it loops over is
+    a compile-time constant, so the loops over a thread's rows, keys and dimensions unroll and its scores,
+    output accumulators and softmax state stay in registers."""
+    key = (head_dim, causal)
+    if key in _FLASH_KERNELS:
+        return _FLASH_KERNELS[key]
+    cfg = flash_shape(head_dim)
+    D, BR, BC, LANES = head_dim, cfg["BR"], cfg["BC"], cfg["LANES"]
+    ROWS, KEYS, DIMS = cfg["ROWS"], cfg["KEYS"], cfg["DIMS"]
+    CHUNKS = DIMS // 4                      # a thread's dimensions: float4 chunks lane, lane + LANES, ...
+    SHUFFLES = int(math.log2(LANES))        # butterfly rounds across a row group
+    ROWS_AS_FLOAT4 = ROWS % 4 == 0
+    SCALE = float32(1.0 / math.sqrt(head_dim))
+    CAUSAL = causal
+    ROW_WIDTH, KEY_WIDTH = BR + PAD, BC + PAD   # literal shapes for the shared arrays
+
+    @cuda.jit
+    def flash_attention_kernel(q, k, v, out):
+        """out[z, i] = Σ_j softmax_j(q[z, i]·k[z, j] / sqrt(D)) v[z, j], one pass over the keys, never
+        writing a score to memory. (Causal build: key j is masked out for query i when j > i.)
+
+        A block owns BR query rows of one head; their q tile (scaled by 1/sqrt(D)) waits transposed in
+        shared memory. For each tile of BC keys: the k tile (transposed) and v tile come to shared memory;
+        each thread computes ROWS × KEYS scores by outer products over D (q and k values as LDS.128);
+        the LANES threads of a row group agree on the tile's row maximum with a shuffle butterfly; a row
+        whose maximum grew rescales its running sum l and output o by exp(m_old − m_new); the
+        probabilities exp(s − m_new) go to shared memory (p tile), and each thread adds p @ v for its
+        ROWS × DIMS outputs. At the end the row group adds its partial sums and o is divided by l.
+
+        Memory: reads q once, writes out once, and reads k and v once per query block: ceil(m / BR)
+        times per head (causal: only the tiles at or left of the diagonal). Global loads are coalesced
+        (a tile of consecutive rows is one contiguous run of floats). Shared: the key reads are 8 lanes
+        × 16 bytes in a row (conflict-free), the query and probability reads broadcast within a row group;
+        the transposing stores cost a few bank conflicts once per tile.
+        Launch: FLASH_THREADS threads per block, grid (ceil(m / BR), heads). Any m and n ≥ 1 (causal:
+        m == n). Rows past m compute on zeros and are not stored; keys past n are masked out.
+        """
+        q_t = cuda.shared.array((D, ROW_WIDTH), float32, alignment=SMEM_ALIGN)
+        k_t = cuda.shared.array((D, KEY_WIDTH), float32, alignment=SMEM_ALIGN)
+        v_s = cuda.shared.array((BC, D), float32, alignment=SMEM_ALIGN)
+        p_t = cuda.shared.array((BC, ROW_WIDTH), float32, alignment=SMEM_ALIGN)
+        s = cuda.local.array((ROWS, KEYS), float32)
+        o = cuda.local.array((ROWS, DIMS), float32)
+        m_run = cuda.local.array(ROWS, float32)
+        l_run = cuda.local.array(ROWS, float32)
+        q_frag = cuda.local.array(ROWS, float32)
+        k_frag = cuda.local.array(KEYS, float32)
+        t = cuda.threadIdx.x
+        lane = t % LANES
+        row0 = (t // LANES) * ROWS              # this thread's first row in the tile
+        key0 = lane * KEYS                      # and its first key
+        z = cuda.blockIdx.y
+        i0 = cuda.blockIdx.x * BR
+        m, n = q.shape[1], k.shape[1]
+        for e in range(t, BR * D, FLASH_THREADS):
+            r, c = e // D, e % D
+            q_t[c, r] = q[z, i0 + r, c] * SCALE if i0 + r < m else float32(0.0)
+        for r in range(ROWS):
+            m_run[r] = NEG_INF
+            l_run[r] = float32(0.0)
+            for x in range(DIMS):
+                o[r, x] = float32(0.0)
+        tiles = (n + BC - 1) // BC
+        if CAUSAL:
+            tiles = min(tiles, (i0 + BR + BC - 1) // BC)   # tiles right of the diagonal are all masked
+        for tile in range(tiles):
+            j0 = tile * BC
+            for e in range(t, BC * D, FLASH_THREADS):
+                j, c = e // D, e % D
+                inside = j0 + j < n
+                k_t[c, j] = k[z, j0 + j, c] if inside else float32(0.0)
+                v_s[j, c] = v[z, j0 + j, c] if inside else float32(0.0)
+            cuda.syncthreads()
+            # scores: ROWS × KEYS outer products over D
+            for r in range(ROWS):
+                for x in range(KEYS):
+                    s[r, x] = float32(0.0)
+            for c in range(D):
+                if ROWS_AS_FLOAT4:
+                    for r in range(0, ROWS, 4):
+                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4(q_t, c, row0 + r)
+                else:
+                    for r in range(ROWS):
+                        q_frag[r] = q_t[c, row0 + r]
+                for x in range(0, KEYS, 4):
+                    k_frag[x], k_frag[x + 1], k_frag[x + 2], k_frag[x + 3] = load_float4(k_t, c, key0 + x)
+                for r in range(ROWS):
+                    for x in range(KEYS):
+                        s[r, x] += q_frag[r] * k_frag[x]
+            # online softmax: the row group's maximum, the rescale, the probabilities
+            for r in range(ROWS):
+                tile_max = NEG_INF
+                for x in range(KEYS):
+                    j = j0 + key0 + x
+                    if j >= n or (CAUSAL and j > i0 + row0 + r):
+                        s[r, x] = NEG_INF
+                    tile_max = max(tile_max, s[r, x])
+                for step in range(SHUFFLES):
+                    tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, LANES >> (step + 1)))
+                # Key 0 is in tile 0 and unmasked for every row, so m_new is finite from the first tile on.
+                m_new = max(m_run[r], tile_max)
+                if m_new > m_run[r]:               # a larger maximum: rescale what was accumulated
+                    alpha = math.exp(m_run[r] - m_new)  # exp(-inf) = 0 in the first tile
+                    l_run[r] *= alpha
+                    for x in range(DIMS):
+                        o[r, x] *= alpha
+                    m_run[r] = m_new
+                for x in range(KEYS):
+                    prob = math.exp(s[r, x] - m_new)
+                    l_run[r] += prob              # this lane's keys only: summed across the group at the end
+                    p_t[key0 + x, row0 + r] = prob
+            cuda.syncthreads()
+            # o += p @ v for this thread's ROWS × DIMS outputs
+            for j in range(BC):
+                if ROWS_AS_FLOAT4:
+                    for r in range(0, ROWS, 4):
+                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4(p_t, j, row0 + r)
+                else:
+                    for r in range(ROWS):
+                        q_frag[r] = p_t[j, row0 + r]
+                for ch in range(CHUNKS):
+                    v0, v1, v2, v3 = load_float4(v_s, j, 4 * (lane + LANES * ch))
+                    for r in range(ROWS):
+                        o[r, 4 * ch] += q_frag[r] * v0
+                        o[r, 4 * ch + 1] += q_frag[r] * v1
+                        o[r, 4 * ch + 2] += q_frag[r] * v2
+                        o[r, 4 * ch + 3] += q_frag[r] * v3
+            cuda.syncthreads()                     # everyone is done with k_t, v_s, p_t before the next tile
+        for r in range(ROWS):
+            total = l_run[r]
+            for step in range(SHUFFLES):
+                total += cuda.shfl_xor_sync(FULL_MASK, total, LANES >> (step + 1))
+            row = i0 + row0 + r
+            if row < m:
+                inv = float32(1.0) / total
+                for ch in range(CHUNKS):
+                    col = 4 * (lane + LANES * ch)
+                    for e in range(4):
+                        out[z, row, col + e] = o[r, 4 * ch + e] * inv
+
+    _FLASH_KERNELS[key] = flash_attention_kernel
+    return flash_attention_kernel
+
+
+def flash_attention(q, k, v, out, causal: bool = False):
+    """Path 2: the fused kernel for this head dimension (64 or 128), full or causal masking."""
+    where = "flash_attention_causal" if causal else "flash_attention"
+    heads, m, n, d = _check_qkv(q, k, v, out, where, HEAD_DIMS)
+    if causal and m != n:
+        raise ValueError(f"{where}: the causal mask here needs as many queries as keys (m = {m}, n = {n})")
+    if heads == 0 or m == 0:
+        return
+    kernel = make_flash_attention_kernel(d, causal)
+    kernel[(_cdiv(m, FLASH_CONFIGS[d]["BR"]), heads), FLASH_THREADS](q, k, v, out)
+
+
+def flash_attention_causal(q, k, v, out):
+    """Path 2 with the causal mask (query i sees keys 0..i)."""
+    flash_attention(q, k, v, out, causal=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bytes before time
+# ------------------------------------------------------------------------------------------------
+def qkvo_bytes(heads: int, n: int, d: int, m: int | None = None) -> int:
+    """The floor: read q, k and v once, write out once (float32)."""
+    m = n if m is None else m
+    return 4 * heads * d * (2 * m + 2 * n)
+
+
+def score_bytes(heads: int, m: int, n: int) -> int:
+    """Path 1's traffic through the score matrix: write s, read s and write p (softmax), read p."""
+    return 4 * 4 * heads * m * n
+
+
+def flash_kv_bytes(heads: int, n: int, d: int, m: int | None = None, causal: bool = False) -> int:
+    """Path 2's reads of k and v: every query block reads every key tile it needs (causal: about half)."""
+    m = n if m is None else m
+    br, bc = FLASH_CONFIGS[d]["BR"], FLASH_CONFIGS[d]["BC"]
+    if not causal:
+        return 8 * heads * _cdiv(m, br) * n * d
+    tiles = sum(min(_cdiv(n, bc), _cdiv(i0 + br, bc)) for i0 in range(0, m, br))
+    return 8 * heads * tiles * bc * d
+
+
+def attention_flops(heads: int, n: int, d: int, causal: bool = False) -> int:
+    """4·n²·d per head (q @ k.T and p @ v, 2 FLOPs a multiply-add); causal: half of it."""
+    flops = 4 * heads * n * n * d
+    return flops // 2 if causal else flops
+
+
+# ------------------------------------------------------------------------------------------------
+# Reference, inputs, tolerance, ladders
+# ------------------------------------------------------------------------------------------------
+def attention_inputs(size, rng):
+    """q, k, v of shape (heads, n, d) with a spike-late last key (lib.exercises.spike_late_qkv)."""
+    heads, n, d = size
+    return spike_late_qkv(rng, (heads, n, d), (heads, n, d))
+
+
+REFERENCE_ROWS = 2048          # query rows per float64 chunk: bounds the reference's memory
+
+
+def attention64(q, k, v, causal: bool = False):
+    """(out, scale) in float64: out = softmax(q k.T / sqrt(d)) v, and the tolerance's conditioning scale
+    softmax(...) @ |v| (what a sum of weighted |v| may round to). Computed a head and a chunk of rows at a
+    time; with torch on a GPU in float64 there (the CPU would take minutes at n = 16384)."""
+    heads, m, d = q.shape
+    n = k.shape[1]
+    use_torch = lib.ON_GPU
+    if use_torch:
+        import torch
+        xp_q, xp_k, xp_v = (torch.as_tensor(a, device="cuda").double() for a in (q, k, v))
+    else:
+        xp_q, xp_k, xp_v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    out, scale = np.empty((heads, m, d)), np.empty((heads, m, d))
+    for z in range(heads):
+        for r0 in range(0, m, REFERENCE_ROWS):
+            r1 = min(m, r0 + REFERENCE_ROWS)
+            s = (xp_q[z, r0:r1] @ xp_k[z].T) / math.sqrt(d)
+            if causal:
+                rows = np.arange(r0, r1)[:, None]
+                mask = np.arange(n)[None, :] > rows
+                s[torch.as_tensor(mask, device="cuda") if use_torch else mask] = -math.inf
+            s = s - s.max(axis=1, keepdims=True) if not use_torch else s - s.amax(dim=1, keepdim=True)
+            p = np.exp(s) if not use_torch else torch.exp(s)
+            p = p / p.sum(axis=1, keepdims=True) if not use_torch else p / p.sum(dim=1, keepdim=True)
+            o, sc = p @ xp_v[z], p @ abs(xp_v[z])
+            out[z, r0:r1] = o.cpu().numpy() if use_torch else o
+            scale[z, r0:r1] = sc.cpu().numpy() if use_torch else sc
+    return out, scale
+
+
+def attention_reference(q, k, v):
+    return attention64(q, k, v)[0]
+
+
+def attention_causal_reference(q, k, v):
+    return attention64(q, k, v, causal=True)[0]
+
+
+def attention_rtol(n: int, d: int) -> float:
+    """The K-scaled rule twice, K = n (the sum over keys) plus K = d (each score's dot product)."""
+    return 2 * (k_scaled_rtol(n) + k_scaled_rtol(d))
+
+
+def attention_tolerance(q, k, v, expected, causal: bool = False):
+    return Tolerance(rtol=attention_rtol(k.shape[1], q.shape[2]), scale=attention64(q, k, v, causal)[1])
+
+
+FP16_RTOL = 2.0 ** -7   # fp16 rounds q, k, v to 11 bits (2^-11 each); scores of a few units lose ~2^-9
+
+
+def attention_fp16_tolerance(q, k, v, expected):
+    """torch's fp16 SDPA is a looser contract: inputs rounded to fp16 before anything is computed."""
+    return Tolerance(rtol=FP16_RTOL, scale=attention64(q, k, v)[1])
+
+
+def _sdpa(q, k, v, out, causal=False, dtype=None):
+    """torch.nn.functional.scaled_dot_product_attention on (1, heads, n, d) views, written into out."""
+    import torch
+    import torch.nn.functional as F
+
+    args = [x.unsqueeze(0) if dtype is None else x.unsqueeze(0).to(dtype) for x in (q, k, v)]
+    with _no_tf32():
+        result = F.scaled_dot_product_attention(*args, is_causal=causal)
+    out.copy_(result[0])
+
+
+class _no_tf32:
+    """TF32 off for the call (the fp32 baseline must do fp32 arithmetic), the previous setting restored."""
+
+    def __enter__(self):
+        import torch
+
+        self.before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = self.before
+
+
+def torch_sdpa_fp32(q, k, v, out):
+    _sdpa(q, k, v, out)
+
+
+def torch_sdpa_fp32_causal(q, k, v, out):
+    _sdpa(q, k, v, out, causal=True)
+
+
+def torch_sdpa_fp16(q, k, v, out):
+    import torch
+
+    _sdpa(q, k, v, out, dtype=torch.float16)
+
+
+HEADS = 16
+SIZES_D64 = [(HEADS, n, 64) for n in (1024, 2048, 4096, 8192, 16384)]
+SIM_SIZES = [(2, 70, 64)]            # two heads, 70 = 64 + 6 queries and keys: ragged in every tile size
+PATH1 = Rung("attention_materialised", attention_materialised,
+             "path 1: q @ k.T to memory, row softmax, p @ v (3 kernels)")
+PATH2 = Rung("flash_attention", flash_attention, "path 2: one fused kernel, online softmax")
+SDPA32 = Baseline("torch.sdpa", torch_sdpa_fp32, "scaled_dot_product_attention, fp32, TF32 off")
+
+
+def _ladder(topic, description, sizes, sim_sizes, rungs, baselines, causal=False,
+            tolerance=attention_tolerance):
+    return Ladder(
+        chapter=CHAPTER, topic=topic, description=description, make_inputs=attention_inputs,
+        out_shape=lambda q, k, v: q.shape,
+        reference=attention_causal_reference if causal else attention_reference,
+        bytes=lambda size: qkvo_bytes(*size), flops=lambda size: attention_flops(*size, causal=causal),
+        unit="TFLOP/s", sizes=sizes, sim_sizes=sim_sizes, rungs=rungs, baselines=baselines,
+        tolerance=(lambda q, k, v, e: tolerance(q, k, v, e, causal=True)) if causal else tolerance)
+
+
+LADDERS = [
+    # Path 1 at every size: its two 16 × 16384² buffers take 32 GiB, which the H200's 141 GB holds.
+    _ladder("attention d64", "16 heads, d = 64, n = 1024 ... 16384: path 1, path 2, torch SDPA (fp32)",
+            SIZES_D64, SIM_SIZES, [PATH1, PATH2], [SDPA32]),
+    _ladder("attention d128", "16 heads, d = 128, n = 4096", [(HEADS, 4096, 128)], [(2, 37, 128)],
+            [PATH1, PATH2], [SDPA32]),
+    _ladder("attention causal", "causal mask, 16 heads, d = 64 (FLOPs counted for the half computed)",
+            [(HEADS, 4096, 64), (HEADS, 16384, 64)], [(2, 70, 64)],
+            [Rung("flash_attention_causal", flash_attention_causal, "path 2, causal")],
+            [Baseline("torch.sdpa.causal", torch_sdpa_fp32_causal, "SDPA fp32, is_causal=True")], causal=True),
+    # Context, not a competitor: fp16 inputs on the tensor cores, checked with fp16's looser tolerance.
+    _ladder("attention fp16", "torch SDPA with fp16 inputs (tensor cores), for scale", SIZES_D64, [], [],
+            [Baseline("torch.sdpa.fp16", torch_sdpa_fp16, "SDPA on fp16 copies (casts included)")],
+            tolerance=attention_fp16_tolerance),
+]
