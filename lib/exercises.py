@@ -197,6 +197,44 @@ def _attention_tolerance(q, k, v, expected):
     return Tolerance(rtol=2 * (k_scaled_rtol(k.shape[0]) + k_scaled_rtol(q.shape[1])), scale=scale)
 
 
+# --- attention_tile_update (attention chapter) --------------------------------------------------------
+def _tile_update_inputs(size, rng):
+    """A running state (m, l, o) per row and one tile of scores s (rows, cols) and values v (cols, d). Rows
+    cycle through four cases: the first tile (m = -inf, l = 0, o = 0), a tile that brings a larger maximum
+    (the rescale), a tile below the running maximum, and a tile with masked (-inf) scores. With more than
+    four rows, the second-to-last is an empty state meeting a fully masked tile: it stays (-inf, 0, 0)."""
+    rows, cols, d = size
+    s = rng.normal(0.0, 2.0, size=(rows, cols)).astype(np.float32)
+    v = _uniform(rng, (cols, d))
+    m = (s.max(axis=1) + rng.uniform(-3.0, 3.0, size=rows)).astype(np.float32)
+    l = rng.uniform(1.0, 40.0, size=rows).astype(np.float32)
+    o = (l[:, None] * _uniform(rng, (rows, d))).astype(np.float32)
+    case = np.arange(rows) % 4
+    m[case == 0], l[case == 0], o[case == 0] = -np.inf, 0.0, 0.0
+    m[case == 1] = s[case == 1].max(axis=1) - 2.5
+    m[case == 2] = s[case == 2].max(axis=1) + 2.5
+    masked = (case == 3)[:, None] & (rng.random((rows, cols)) < 0.5)
+    masked[:, 0] = False
+    s[masked] = -np.inf
+    if rows > 4:
+        m[-2], l[-2], o[-2], s[-2] = -np.inf, 0.0, 0.0, -np.inf
+    return m, l, o, s, v
+
+
+def _tile_update64(m, l, o, s, v):
+    """The updated state in float64 and the tolerance's scale: columns [m', l', o'...]."""
+    m, l, o, s, v = _f64(m, l, o, s, v)
+    new = np.maximum(m, s.max(axis=1))
+    shift = np.where(np.isneginf(new), 0.0, new)
+    with np.errstate(invalid="ignore"):
+        alpha = np.where(np.isneginf(m), 0.0, np.exp(m - shift))
+        p = np.exp(s - shift[:, None])
+    out = np.concatenate([new[:, None], (l * alpha + p.sum(axis=1))[:, None], o * alpha[:, None] + p @ v], axis=1)
+    scale = np.concatenate([np.abs(np.where(np.isfinite(new), new, 0.0))[:, None], out[:, 1:2],
+                            np.abs(o) * alpha[:, None] + p @ np.abs(v)], axis=1)
+    return out, scale
+
+
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("vector_add", "vector_add(a, b, out)", "out[i] = a[i] + b[i] for every i (1-D float32)",
              make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
@@ -271,4 +309,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=_attention_inputs, out_shape=lambda q, k, v: q.shape, reference=_attention_reference,
              tolerance=_attention_tolerance, sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
              gpu_cases=((1, 1, 64), (17, 45, 64), (1000, 1531, 64), (2048, 4099, 128)), time_limit_s=120.0),
+    Exercise("attention_tile_update", "attention_tile_update(m, l, o, s, v, out)",
+             "one FlashAttention step per row: from the state (m, l, o) and a tile of scores s (rows, cols) "
+             "and values v (cols, d), write out[:, 0] = m', out[:, 1] = l', out[:, 2:] = o' (o unnormalised)",
+             make_inputs=_tile_update_inputs, out_shape=lambda m, l, o, s, v: (m.shape[0], o.shape[1] + 2),
+             reference=lambda *inputs: _tile_update64(*inputs)[0],
+             tolerance=lambda m, l, o, s, v, expected: Tolerance(
+                 rtol=2 * k_scaled_rtol(s.shape[1] + 1), scale=_tile_update64(m, l, o, s, v)[1]),
+             sim_cases=((1, 1, 4), (6, 16, 8), (37, 32, 64)), gpu_cases=((1, 1, 4), (6, 16, 8), (4099, 64, 128))),
 ]}

@@ -1,0 +1,140 @@
+"""The attention chapter: both paths checked on the simulator against float64 at ragged sizes (several query
+blocks and key tiles, partial last tiles, two heads, m ≠ n, a single key), the causal variant, head dims 64
+and 128, path 1 with the softmax the GPU uses, the spike-late inputs, a check that catches a missing
+rescale, the byte counts and the launchers' errors."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import kernels.attention as A
+from kernels.softmax import softmax_on_chip
+from lib.check import compare
+
+
+def run(launch, q, k, v):
+    out = cuda.to_device(np.full(q.shape, np.nan, dtype=np.float32))
+    launch(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out)
+    return out.copy_to_host()
+
+
+def assert_attention(got, q, k, v, causal=False):
+    expected, scale = A.attention64(q, k, v, causal)
+    bad = compare(got, expected, A.attention_rtol(k.shape[1], q.shape[2]), 0.0, scale)
+    assert bad is None, bad.describe()
+
+
+def inputs(heads, n, d, seed=0, m=None):
+    q, k, v = A.attention_inputs((heads, n, d), np.random.default_rng(seed))
+    if m is not None:
+        q = np.ascontiguousarray(q[:, :m])
+    return q, k, v
+
+
+def test_flash_d64_two_heads_ragged():
+    q, k, v = inputs(2, 70, 64)       # 2 query blocks of 64, 3 key tiles of 32 (the last holds 6 keys)
+    assert_attention(run(A.flash_attention, q, k, v), q, k, v)
+
+
+def test_flash_d128_ragged():
+    q, k, v = inputs(2, 37, 128, seed=1)   # 2 query blocks of 32, 3 key tiles of 16
+    assert_attention(run(A.flash_attention, q, k, v), q, k, v)
+
+
+def test_flash_causal():
+    q, k, v = inputs(1, 70, 64, seed=2)
+    got = run(A.flash_attention_causal, q, k, v)
+    assert_attention(got, q, k, v, causal=True)
+    assert np.allclose(got[0, 0], v[0, 0]), "query 0 sees only key 0"
+    full = A.attention_reference(q, k, v)
+    assert not np.allclose(got, full, atol=1e-3), "the causal output must differ from the unmasked one"
+
+
+def test_flash_fewer_queries_than_keys():
+    q, k, v = inputs(1, 40, 64, seed=3, m=5)
+    assert_attention(run(A.flash_attention, q, k, v), q, k, v)
+
+
+def test_single_key_returns_its_value():
+    q, k, v = inputs(1, 1, 64, seed=4)
+    got = run(A.flash_attention, q, k, v)
+    assert np.allclose(got, v, rtol=1e-6)
+
+
+def test_materialised_ragged():
+    q, k, v = inputs(1, 37, 64, seed=5)
+    assert_attention(run(A.attention_materialised, q, k, v), q, k, v)
+
+
+def test_materialised_with_the_softmax_the_gpu_uses(monkeypatch):
+    """On the simulator path 1 runs the warp-per-row softmax; on a GPU the on-chip one: check that too."""
+    monkeypatch.setattr(A, "PATH1_SOFTMAX", softmax_on_chip)
+    q, k, v = inputs(1, 3, 8, seed=6)
+    assert_attention(run(A.attention_materialised, q, k, v), q, k, v)
+
+
+def test_spike_late_key_holds_the_row_maximum():
+    q, k, v = inputs(2, 1024, 64, seed=7)
+    s = np.einsum("znd,zmd->znm", q.astype(np.float64), k.astype(np.float64))
+    assert (s.argmax(axis=2) == 1023).mean() > 0.99
+
+
+def emulate_tiles(q, k, v, tile, rescale=True):
+    """The online algorithm in float64, tile by tile, optionally forgetting to rescale old terms."""
+    qs = q.astype(np.float64) / np.sqrt(q.shape[1])
+    m = np.full(q.shape[0], -np.inf)
+    l, o = np.zeros(q.shape[0]), np.zeros(q.shape)
+    for j0 in range(0, k.shape[0], tile):
+        s = qs @ k[j0:j0 + tile].T.astype(np.float64)
+        new = np.maximum(m, s.max(axis=1))
+        alpha = np.exp(m - new) if rescale else np.where(np.isneginf(m), 0.0, 1.0)
+        p = np.exp(s - new[:, None])
+        l = l * alpha + p.sum(axis=1)
+        o = o * alpha[:, None] + p @ v[j0:j0 + tile]
+        m = new
+    return o / l[:, None]
+
+
+def test_the_check_catches_a_missing_rescale():
+    q, k, v = (x[0] for x in inputs(1, 70, 64, seed=8))
+    expected, scale = A.attention64(q[None], k[None], v[None])
+    rtol = A.attention_rtol(70, 64)
+    assert compare(emulate_tiles(q, k, v, 32)[None], expected, rtol, 0.0, scale) is None
+    assert compare(emulate_tiles(q, k, v, 32, rescale=False)[None], expected, rtol, 0.0, scale) is not None
+
+
+def test_byte_counts():
+    heads, n, d = 16, 4096, 64
+    assert A.score_bytes(heads, n, n) == 16 * heads * n * n
+    assert A.qkvo_bytes(heads, n, d) == 16 * heads * n * d
+    full = A.flash_kv_bytes(heads, n, d)
+    assert full == 8 * heads * (n // 64) * n * d
+    causal = A.flash_kv_bytes(heads, n, d, causal=True)
+    assert 0.5 * full < causal < 0.55 * full
+    assert A.attention_flops(heads, n, d, causal=True) * 2 == A.attention_flops(heads, n, d)
+
+
+@pytest.mark.parametrize("d", A.HEAD_DIMS)
+def test_configurations_fit_in_static_shared_memory(d):
+    shape = A.flash_shape(d)
+    assert shape["smem_bytes"] <= A.STATIC_SMEM_LIMIT
+    assert shape["GROUPS"] * shape["ROWS"] == shape["BR"]
+
+
+def test_launcher_errors():
+    q, k, v = (cuda.to_device(x) for x in inputs(1, 8, 64))
+    out = cuda.device_array((1, 8, 64), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        A.flash_attention(cuda.to_device(np.zeros((1, 8, 64))), k, v, out)
+    with pytest.raises(ValueError, match="head dimension 32"):
+        x = cuda.to_device(np.zeros((1, 8, 32), np.float32))
+        A.flash_attention(x, x, x, x)
+    with pytest.raises(ValueError, match="k must have shape"):
+        A.attention_materialised(q, cuda.to_device(np.zeros((2, 8, 64), np.float32)), v, out)
+    with pytest.raises(ValueError, match="`out` must have shape"):
+        A.flash_attention(q, k, v, cuda.device_array((1, 8, 63), np.float32))
+    short_q = cuda.to_device(np.zeros((1, 4, 64), np.float32))
+    with pytest.raises(ValueError, match="causal"):
+        A.flash_attention_causal(short_q, k, v, cuda.device_array((1, 4, 64), np.float32))
+    with pytest.raises(ValueError, match="zero keys"):
+        empty = cuda.to_device(np.zeros((1, 0, 64), np.float32))
+        A.flash_attention(q, empty, empty, out)
