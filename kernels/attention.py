@@ -546,3 +546,44 @@ LADDERS = [
             [Baseline("torch.sdpa.fp16", torch_sdpa_fp16, "SDPA on fp16 copies (casts included)")],
             tolerance=attention_fp16_tolerance),
 ]
+
+
+# ------------------------------------------------------------------------------------------------
+# Recorded beside the ladder: what each kernel costs in registers, local memory and shared memory
+# ------------------------------------------------------------------------------------------------
+def record_extra(folder) -> list:
+    """On the GPU: registers, local memory (spills) and shared memory of every attention kernel as
+    compiled there, each checked first at a ragged size (attention.kernels.csv)."""
+    import pandas as pd
+
+    from lib.check import compare
+    from lib.results import environment
+
+    env = environment()
+    rows = []
+    cases = [("flash_attention d=64", flash_attention, (2, 70, 64), False,
+              lambda: make_flash_attention_kernel(64, False), FLASH_THREADS),
+             ("flash_attention_causal d=64", flash_attention_causal, (2, 70, 64), True,
+              lambda: make_flash_attention_kernel(64, True), FLASH_THREADS),
+             ("flash_attention d=128", flash_attention, (2, 37, 128), False,
+              lambda: make_flash_attention_kernel(128, False), FLASH_THREADS),
+             ("batched_matmul_kernel (scores)", attention_materialised, (2, 70, 64), False,
+              lambda: make_batched_matmul_kernel(SCORES_BM, SCORES_BN, True)[0], 256),
+             ("batched_matmul_kernel (p @ v)", attention_materialised, (2, 70, 64), False,
+              lambda: make_batched_matmul_kernel(PV_BM, PV_BN, False)[0], 128)]
+    for name, launch, size, causal, kernel, threads in cases:
+        q, k, v = attention_inputs(size, np.random.default_rng(3))
+        out = cuda.to_device(np.full(q.shape, np.nan, dtype=np.float32))
+        launch(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out)
+        expected, scale = attention64(q, k, v, causal)
+        bad = compare(out.copy_to_host(), expected, attention_rtol(size[1], size[2]), 0.0, scale)
+        if bad is not None:
+            raise AssertionError(f"{name} failed its check; no statistics recorded: {bad.describe()}")
+        compiled = next(iter(kernel().overloads.values()))
+        rows.append({"kernel": name, "threads_per_block": threads,
+                     "registers_per_thread": int(compiled.regs_per_thread),
+                     "local_bytes_per_thread": int(compiled.local_mem_per_thread),
+                     "shared_bytes_per_block": int(compiled.shared_mem_per_block), **env})
+    path = Path(folder) / f"{CHAPTER}.kernels.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return [path]
