@@ -1,5 +1,5 @@
 # make book    build the site into $(BOOK_OUT)/_build/html, every notebook executed (simulator without a GPU)
-# make test    run the tests (they build the book once more, into a temporary folder)
+# make test    run the tests (they build the book once more, into a temporary folder, and open it in Chromium)
 # make record  time the kernels and write data/ (on the GPU machine: make record PY=python3)
 # make student the student edition (solution cells removed) into _build/student
 # make clean   remove build outputs (not the venv)
@@ -12,6 +12,7 @@ PY ?= $(VENV)/bin/python
 # jupyter-book writes into $(BOOK_OUT)/_build; the tests point it at a temporary folder.
 BOOK_OUT ?= .
 PYTEST_ARGS ?=
+CHROMIUM := /usr/bin/chromium
 
 # JavaScript the site serves itself, fetched from the npm registry (pinned; checksums in site/npm.sha256).
 HTML_MANAGER := 1.0.15
@@ -80,8 +81,14 @@ $(JS)/anywidget/index.js: $(STAMP)
 book: venv vendor
 	$(VENV)/bin/jupyter-book build . --all --path-output $(BOOK_OUT) -W -n --keep-going
 
-test: venv vendor
+test: venv vendor $(CHROMIUM)
 	$(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+
+# tests/test_browser.py drives Debian's Chromium through Playwright (never `playwright install`, which
+# downloads a browser build of its own). Installed once, on a machine that lacks it (CI runs as root).
+$(CHROMIUM):
+	$$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -q
+	$$([ "$$(id -u)" = 0 ] || echo sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 
 # On the GPU machine (no network) PY=python3: then no venv is made.
 record: $(if $(filter $(VENV)/bin/python,$(PY)),venv)

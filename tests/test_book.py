@@ -1,7 +1,8 @@
 """The book builds from scratch with no warning, every chapter's notebook runs without error, and every
 page loads its scripts, stylesheets, fonts and images from the site itself, never from another host.
 
-The book is built once per session with `make book`, into a temporary folder, so every notebook is
+The book is built once per session with `make book`, into a temporary folder (the `book` fixture of
+tests/conftest.py, shared with tests/test_browser.py), so every notebook is
 executed afresh (execute_notebooks: force) and no earlier build can hide a warning.
 """
 from __future__ import annotations
@@ -9,22 +10,20 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
+from conftest import run_logged
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 SPHINX = CONFIG["sphinx"]["config"]
-BUILD_TIMEOUT_S = 1200
 # A Sphinx/docutils/jupyter-book problem line, e.g. "chapters/x.md:12: WARNING: ..." or "[Warning] ...".
 # (Not "[IPKernelApp] WARNING | Kernel is running over TCP ...", which every kernel start prints.)
 PROBLEM = re.compile(r"\b(WARNING|ERROR|SEVERE|CRITICAL):|\[Warning\]|build finished with problems")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def toc_docs(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
@@ -49,31 +48,8 @@ def toc_docs(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
 DOCS = toc_docs()
 
 
-def run_logged(cmd: list[str], log: Path, **kwargs) -> tuple[int, str]:
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=BUILD_TIMEOUT_S, **kwargs)
-    output = ANSI.sub("", proc.stdout)
-    log.write_text(output)
-    return proc.returncode, output
-
-
 def problems(output: str) -> list[str]:
     return [line for line in output.splitlines() if PROBLEM.search(line)]
-
-
-@pytest.fixture(scope="session")
-def book(tmp_path_factory):
-    """Build the book as `make book` does, into a fresh folder. Returns (folder, exit status, log)."""
-    out = tmp_path_factory.mktemp("book")
-    rc, log = run_logged(["make", "--no-print-directory", "venv", "vendor"], out / "prepare.log")
-    assert rc == 0, f"make venv vendor failed:\n{log[-4000:]}"
-    rc, log = run_logged(["make", "--no-print-directory", "book", f"BOOK_OUT={out}"], out / "build.log")
-    return out, rc, log
-
-
-@pytest.fixture(scope="session")
-def html(book) -> Path:
-    return book[0] / "_build" / "html"
 
 
 def test_book_builds_without_warnings(book):

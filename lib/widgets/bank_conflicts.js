@@ -66,6 +66,14 @@ export function analyze({ pattern = "strided", stride = 1, offset = 0, element_b
 
 // --- drawing ----------------------------------------------------------------------------------------
 const laneColor = (lane) => `hsl(${(lane * 360) / WARP}, 70%, 50%)`;
+// Black or white, whichever contrasts more with the lane's colour (yellows and greens are light).
+function laneTextColor(lane) {
+  const h = (lane * 360) / WARP / 30, a = 0.7 * 0.5;
+  const channel = (n) => { const k = (n + h) % 12; return 0.5 - a * Math.max(-1, Math.min(k - 3, 9 - k, 1)); };
+  const linear = (c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+  const luminance = 0.2126 * linear(channel(0)) + 0.7152 * linear(channel(8)) + 0.0722 * linear(channel(4));
+  return luminance > 0.179 ? "#000" : "#fff";
+}
 const STATE = ["pattern", "stride", "offset", "element_bytes", "pad", "swizzle"];
 
 function control(label, input) {
@@ -138,7 +146,7 @@ function drawGrid(result, elementBytes) {
       const lanes = cells.get(r * BANKS + b);
       if (lanes) {
         td.style.background = laneColor(lanes[0]);
-        td.style.color = "#fff";
+        td.style.color = laneTextColor(lanes[0]);
         td.textContent = lanes.length > 1 ? `${lanes[0]}+` : lanes[0];
         td.title = `word ${r * BANKS + b}, bank ${b}: lane${lanes.length > 1 ? "s" : ""} ${lanes.join(", ")}`;
       }

@@ -5,12 +5,15 @@
 
   // The html-manager asks require.js for each widget's module by name. The module `anywidget` is the AMD
   // build copied from the anywidget pip package into the folder next to this file.
-  // embed-amd.js finds its icon fonts relative to the URL require.js gives its own module name, which
-  // would be <page folder>/@jupyter-widgets/html-manager/dist/: map that name to the folder it is in.
+  // embed-amd.js finds its icon fonts relative to the URL require.js gives the name of the module that
+  // asks for them, which would be <page folder>/@jupyter-widgets/html-manager/dist/ for the manager and
+  // <page folder>/@jupyter-widgets/ for @jupyter-widgets/base and /controls (all defined inside
+  // embed-amd.js): map those names to the folder embed-amd.js and its fonts are in.
   require.config({
     paths: {
       anywidget: here + "anywidget/index",
       "@jupyter-widgets/html-manager/dist": here + "html-manager",
+      "@jupyter-widgets": here + "html-manager",
     },
   });
 
