@@ -232,7 +232,7 @@ def widget_page(tmp_path_factory) -> tuple[Path, int, str]:
     The page sits in a subfolder, as chapters do, so its script paths climb out of it."""
     src = tmp_path_factory.mktemp("widget-book")
     shutil.copy(ROOT / "_config.yml", src / "_config.yml")
-    for static in SPHINX["html_static_path"]:
+    for static in [*SPHINX["html_static_path"], *CONFIG["sphinx"].get("local_extensions", {}).values()]:
         (src / static).parent.mkdir(parents=True, exist_ok=True)
         (src / static).symlink_to(ROOT / static)
     (src / "_toc.yml").write_text("format: jb-book\nroot: chapters/widgets\n")
