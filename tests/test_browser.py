@@ -8,7 +8,8 @@ finds pages, previous/next links chain the chapters, each chapter offers its .ip
 download and a Colab link, pages are readable at a phone's width, and the widgets render in the dark theme.
 
 Screenshots, one per chapter (light, full page), plus phone-width and dark-theme ones, are saved under
-<build>/_build/html/_screenshots/ (the book built once per session by the `book` fixture of conftest.py).
+<build>/_build/html/_screenshots/ (the book built once per session by the `book` fixture of conftest.py) and
+copied to the repository's _build/screenshots/.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import http.server
 import json
 import math
 import re
+import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,9 +71,12 @@ def site(html):
 
 @pytest.fixture(scope="session")
 def shots(html) -> Path:
+    """The build's _screenshots/ folder; copied at the end of the session to the repository's
+    _build/screenshots/ (ignored by git), a path that outlives pytest's temporary folders."""
     folder = html / "_screenshots"
     folder.mkdir(exist_ok=True)
-    return folder
+    yield folder
+    shutil.copytree(folder, ROOT / "_build" / "screenshots", dirs_exist_ok=True)
 
 
 @pytest.fixture(scope="session")
