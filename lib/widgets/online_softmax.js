@@ -53,6 +53,7 @@ export function softmax(row) {
 // --- rendering --------------------------------------------------------------------------------------
 const BLUE = "#3b7dd8";
 const ORANGE = "#e07b39";
+const ORANGE_TEXT = "#b7501a";
 const GREY = "#8c959f";
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -189,7 +190,8 @@ function render({ model, el }) {
       tr.append(cell("td", i + 1), cell("td", `${s.start}–${s.stop - 1}`), cell("td", fmt(s.tile_m)),
         cell("td", fmt(s.tile_l)), cell("td", `${fmt(s.m_before)} → ${fmt(s.m)}`), cell("td", fmt(s.rescale)),
         cell("td", fmt(s.l)));
-      if (s.rescale !== null && s.rescale < 1) tr.style.color = ORANGE;
+      // widgets sit on a light card in both themes: a darker orange keeps this text at 5:1 contrast
+      if (s.rescale !== null && s.rescale < 1) tr.style.color = ORANGE_TEXT;
       rows.push(tr);
     });
     table.replaceChildren(...rows);
