@@ -75,13 +75,17 @@ def _reduce_inputs(size, rng):
     return (x,)
 
 
-def _partial_sum_scale(x):
-    """The conditioning scale of a sum: the largest |partial sum| on the way (at least the largest |term|).
-    Each of the K additions rounds to within half an ulp of its partial sum, so a float32 sum in any order
-    is off by about 2^-24 * sqrt(K) * this scale (the K-scaled rule); for terms of one sign it is the sum
-    of |terms|, for mixed signs it is far smaller, so lost terms still show."""
+def _partial_sum_scale(x, axis=0):
+    """The conditioning scale of a sum along `axis`: the largest |partial sum| on the way (at least the
+    largest |term|). Each of the K additions rounds to within half an ulp of its partial sum, so a float32
+    sum in any order is off by about 2^-24 * sqrt(K) * this scale (the K-scaled rule); for terms of one sign
+    it is the sum of |terms|, for mixed signs it is far smaller, so lost terms still show."""
     x = np.asarray(x, dtype=np.float64)
-    return np.maximum.accumulate(np.maximum(np.abs(np.cumsum(x)), np.abs(x)))
+    return np.maximum.accumulate(np.maximum(np.abs(np.cumsum(x, axis=axis)), np.abs(x)), axis=axis)
+
+
+def _column_sums_tolerance(x, expected):
+    return Tolerance(rtol=k_scaled_rtol(x.shape[0]), scale=_partial_sum_scale(x, axis=0)[-1])
 
 
 def _sum_tolerance(x, expected):
@@ -252,6 +256,10 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda a: a.shape[::-1],
              reference=_transpose_reference, tolerance=lambda a, expected: Tolerance(rtol=0.0),
              sim_cases=((1, 1), (37, 53), (70, 33)), gpu_cases=((1, 1), (37, 53), (1000, 777), (4099, 2050))),
+    Exercise("column_sums", "column_sums(x, out)", "out[j] = sum of column j of x (2-D, row-major)",
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: (x.shape[1],),
+             reference=lambda x: np.asarray(x, np.float64).sum(axis=0), tolerance=_column_sums_tolerance,
+             sim_cases=((1, 1), (37, 53), (300, 70)), gpu_cases=((1, 1), (37, 53), (4099, 1000), (1000, 4099))),
     Exercise("matmul", "matmul(a, b, c)", "c = a @ b for a (M, K), b (K, N), c (M, N), float32 row-major",
              make_inputs=_matmul_inputs, out_shape=lambda a, b: (a.shape[0], b.shape[1]),
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),

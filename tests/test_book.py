@@ -97,6 +97,22 @@ def test_chapter_executed_without_error(book, doc):
     assert any(cell["outputs"] for cell in code), f"{doc}: no cell printed or displayed anything"
 
 
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_solution_passes_its_grade(book, doc):
+    """A revealable solution that fails its own check would teach the wrong thing: every cell tagged
+    `solution` that calls grade() must show a passed report in the built book."""
+    executed = book[0] / "_build" / "jupyter_execute" / f"{doc}.ipynb"
+    if not is_notebook(doc) or not executed.is_file():
+        pytest.skip(f"{doc} has no executed notebook (test_chapter_executed_without_error says why)")
+    nb = json.loads(executed.read_text())
+    for cell in nb["cells"]:
+        if "solution" in cell.get("metadata", {}).get("tags", []) and "grade(" in "".join(cell["source"]):
+            shown = "".join("".join(o.get("data", {}).get("text/plain", "")) + "".join(o.get("text", ""))
+                            for o in cell["outputs"])
+            assert re.search(r": PASSED\b", shown), \
+                f"{doc}: a solution cell's grade did not pass:\n{''.join(cell['source'])[:300]}\n{shown[:800]}"
+
+
 # --- Everything a page loads comes from the site itself ------------------------------------------------
 
 # <link rel=...> values that only name another page; every other <link href> is something the browser loads.
