@@ -14,14 +14,33 @@ from pathlib import Path
 from . import ROOT
 
 
-def toc_chapters() -> list[Path]:
-    """The notebooks listed in _toc.yml, in reading order."""
+def toc_docs(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
+    """Every document a jb-book table of contents names (root, parts, chapters, sections), no suffix."""
     import re
 
-    text = (ROOT / "_toc.yml").read_text()
-    names = re.findall(r"^\s*(?:-\s*)?(?:root|file):\s*(\S+)", text, flags=re.M)
+    import yaml
+
+    toc = yaml.safe_load(toc_path.read_text())
+    docs = []
+
+    def walk(entry: dict):
+        if "file" in entry:
+            docs.append(re.sub(r"\.(md|ipynb)$", "", entry["file"]))
+        if "glob" in entry:
+            docs.extend(sorted(str(p.relative_to(ROOT).with_suffix(""))
+                               for suffix in (".md", ".ipynb") for p in ROOT.glob(entry["glob"] + suffix)))
+        for key in ("parts", "chapters", "sections"):
+            for child in entry.get(key) or []:
+                walk(child)
+
+    walk({"file": toc["root"], **{k: v for k, v in toc.items() if k in ("parts", "chapters", "sections")}})
+    return docs
+
+
+def toc_chapters() -> list[Path]:
+    """The notebook files of _toc.yml's documents, in reading order."""
     out = []
-    for name in names:
+    for name in toc_docs():
         for ext in (".md", ".ipynb"):
             path = ROOT / (name + ext)
             if path.exists():

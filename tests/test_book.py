@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 from conftest import run_logged
+from lib.notebooks import toc_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -24,25 +25,6 @@ SPHINX = CONFIG["sphinx"]["config"]
 # A Sphinx/docutils/jupyter-book problem line, e.g. "chapters/x.md:12: WARNING: ..." or "[Warning] ...".
 # (Not "[IPKernelApp] WARNING | Kernel is running over TCP ...", which every kernel start prints.)
 PROBLEM = re.compile(r"\b(WARNING|ERROR|SEVERE|CRITICAL):|\[Warning\]|build finished with problems")
-
-
-def toc_docs(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
-    """Every document a jb-book table of contents names (root, parts, chapters, sections), no suffix."""
-    toc = yaml.safe_load(toc_path.read_text())
-    docs = []
-
-    def walk(entry: dict):
-        if "file" in entry:
-            docs.append(re.sub(r"\.(md|ipynb)$", "", entry["file"]))
-        if "glob" in entry:
-            docs.extend(sorted(str(p.relative_to(ROOT).with_suffix(""))
-                               for suffix in (".md", ".ipynb") for p in ROOT.glob(entry["glob"] + suffix)))
-        for key in ("parts", "chapters", "sections"):
-            for child in entry.get(key) or []:
-                walk(child)
-
-    walk({"file": toc["root"], **{k: v for k, v in toc.items() if k in ("parts", "chapters", "sections")}})
-    return docs
 
 
 DOCS = toc_docs()

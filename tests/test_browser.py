@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from lib.notebooks import toc_docs
+
 from lib import occupancy as occupancy_model
 from lib import roofline as roofline_model
 from lib.specs import GPUS
@@ -39,11 +41,6 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 WIDGET_TIMEOUT_MS = 30_000
-
-
-def toc_docs() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [re.sub(r"\.(md|ipynb)$", "", e["file"]) for e in [{"file": toc["root"]}, *toc.get("chapters", [])]]
 
 
 DOCS = toc_docs()
