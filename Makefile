@@ -82,7 +82,7 @@ book: venv vendor
 	$(VENV)/bin/jupyter-book build . --all --path-output $(BOOK_OUT) -W -n --keep-going
 
 test: venv vendor $(CHROMIUM)
-	$(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q --durations=15 tests $(PYTEST_ARGS)
 
 # tests/test_browser.py drives Debian's Chromium through Playwright (never `playwright install`, which
 # downloads a browser build of its own). Installed once, on a machine that lacks it (CI runs as root).
