@@ -212,11 +212,12 @@ def attention_materialised(q, k, v, out):
 _FLASH_KERNELS: dict = {}
 
 
-def make_flash_attention_kernel(head_dim: int, causal: bool):
-    """Build (once per head dimension and masking) the fused attention kernel. Every size it loops over is
-    a compile-time constant, so the loops over a thread's rows, keys and dimensions unroll and its scores,
-    output accumulators and softmax state stay in registers."""
-    key = (head_dim, causal)
+def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = False):
+    """Build (once per head dimension, masking and math mode) the fused attention kernel. Every size it
+    loops over is a compile-time constant, so the loops over a thread's rows, keys and dimensions unroll and
+    its scores, output accumulators and softmax state stay in registers. fastmath=True compiles exp as
+    the hardware's approximate ex2 (__expf)."""
+    key = (head_dim, causal, fastmath)
     if key in _FLASH_KERNELS:
         return _FLASH_KERNELS[key]
     cfg = flash_shape(head_dim)
@@ -229,7 +230,7 @@ def make_flash_attention_kernel(head_dim: int, causal: bool):
     CAUSAL = causal
     ROW_WIDTH, KEY_WIDTH = BR + PAD, BC + PAD   # literal shapes for the shared arrays
 
-    @cuda.jit
+    @cuda.jit(fastmath=fastmath)
     def flash_attention_kernel(q, k, v, out):
         """out[z, i] = Σ_j softmax_j(q[z, i]·k[z, j] / sqrt(D)) v[z, j], one pass over the keys, never
         writing a score to memory. (Causal build: key j is masked out for query i when j > i.)

@@ -52,18 +52,23 @@ def touch_kernel(x, flag):
     """Read every element of x once (coalesced, grid-stride), so the next kernel finds it in L2 if it fits.
 
     Memory: 4·n bytes read, every warp on 128 consecutive bytes; writes nothing unless an element is
-    negative (never, for an index array): the compiler cannot drop the loads.
+    below -1 (never, for a chase array, whose off-cycle elements hold -1): the compiler cannot drop the
+    loads.
     Launch: 1-D, THREADS per block, any number of blocks.
     """
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        if x[i] < 0:
+        if x[i] < -1:
             flag[0] = 1
 
 
-def random_cycle(n: int, rng: np.random.Generator) -> np.ndarray:
-    """int32 next-index array whose pointers form one random cycle through all n elements."""
-    order = rng.permutation(n)
-    next_index = np.empty(n, dtype=np.int32)
+def random_cycle(n: int, rng: np.random.Generator, spacing: int = 1) -> np.ndarray:
+    """int32 next-index array of n elements whose pointers form one random cycle through the elements
+    0, spacing, 2·spacing, ... (every element when spacing is 1; one per 128-byte cache line when it is
+    LINE_INTS, so that no two loads of the chase share a line). Elements off the cycle hold -1."""
+    if spacing < 1 or n < spacing:
+        raise ValueError(f"random_cycle: need 1 <= spacing <= n, got n={n}, spacing={spacing}")
+    order = rng.permutation(n // spacing) * spacing
+    next_index = np.full(n, -1, dtype=np.int32)
     next_index[order] = np.roll(order, -1)
     return next_index
 
@@ -349,11 +354,14 @@ LADDERS = [
 # --- recordings that are not ladders ------------------------------------------------------------------------
 LATENCY_BYTES = [1 << p for p in range(12, 31)]  # working sets of 4 KiB ... 1 GiB
 CHASE_STEPS = 1 << 14
+LINE_INTS = 32  # int32 per 128-byte cache line: the chase visits one element per line
 
 
-def _chase_ms(d_next, steps, d_last, reps=5):
+def _chase_ms(d_next, steps, d_last, d_flag, reps=5):
+    """Median ms of a `steps`-load chase, each run right after a coalesced sweep of the whole array."""
     times = []
     for _ in range(reps):
+        touch_kernel[blocks_for(d_next.size), THREADS](d_next, d_flag)
         start, stop = cuda.event(), cuda.event()
         start.record()
         pointer_chase_kernel[1, 1](d_next, steps, d_last)
@@ -364,14 +372,18 @@ def _chase_ms(d_next, steps, d_last, reps=5):
 
 
 def measure_latency(working_set_bytes: int, rng: np.random.Generator, steps: int = CHASE_STEPS) -> dict:
-    """ns per dependent load over a random cycle of working_set_bytes (GPU only), checked first.
+    """ns per dependent load over a random cycle through every cache line of working_set_bytes (GPU only),
+    checked first.
 
-    The chase is warmed (a coalesced sweep puts the array in L2 if it fits; a chase over up to 2^16
-    elements fills L1 for the smallest sets), then timed at `steps` and 2·`steps` loads: the difference of
-    the two medians is `steps` loads without the launch overhead.
+    Before each timed run a coalesced sweep reads the whole array: it leaves the array in L2 when the
+    array fits there, and when it does not, it leaves only the sweep's last ~L2-sized part — so the
+    chase, which jumps to a random line each load, finds its lines in L2 about L2/working-set of the time
+    and otherwise goes to HBM. Runs of `steps` and 2·`steps` loads are timed; the difference of the two
+    medians is `steps` loads without the launch overhead (and without the first lap, where the lines
+    come into this SM's L1).
     """
     n = working_set_bytes // 4
-    host = random_cycle(n, rng)
+    host = random_cycle(n, rng, spacing=LINE_INTS)
     d_next = cuda.to_device(host)
     d_last = cuda.device_array(1, dtype=np.int32)
     d_flag = cuda.to_device(np.zeros(1, dtype=np.int32))
@@ -379,14 +391,12 @@ def measure_latency(working_set_bytes: int, rng: np.random.Generator, steps: int
     got, want = int(d_last.copy_to_host()[0]), chase_on_host(host, 2 * steps)
     if got != want:
         raise AssertionError(f"pointer chase over {n} elements ended at {got}, expected {want}: not timed")
-    touch_kernel[blocks_for(n), THREADS](d_next, d_flag)
-    pointer_chase_kernel[1, 1](d_next, min(n, 1 << 16), d_last)
-    short_ms = _chase_ms(d_next, steps, d_last)
-    long_ms = _chase_ms(d_next, 2 * steps, d_last)
+    short_ms = _chase_ms(d_next, steps, d_last, d_flag)
+    long_ms = _chase_ms(d_next, 2 * steps, d_last, d_flag)
     ns = (long_ms - short_ms) * 1e6 / steps
     clock_khz = cuda.get_current_device().CLOCK_RATE
-    return {"working_set_bytes": working_set_bytes, "loads": steps, "ns_per_load": ns,
-            "cycles_per_load": ns * clock_khz * 1e-6, "clock_mhz": clock_khz / 1e3}
+    return {"working_set_bytes": working_set_bytes, "lines": n // LINE_INTS, "loads": steps,
+            "ns_per_load": ns, "cycles_per_load": ns * clock_khz * 1e-6, "clock_mhz": clock_khz / 1e3}
 
 
 # Nsight Compute: the counters the models are checked against, and what each workload launch is.

@@ -8,13 +8,15 @@ every rung is timed end to end, all of its launches included:
   again, until a single value is left (:func:`reduce_in_passes`);
 * rung 5 loops over the input with one wave of blocks, so only ~a thousand partials remain, and finishes
   either with a second one-block launch or with one ``atomic.add`` per block into a zeroed ``out``;
-* rung 6 keeps several independent loads in flight per thread and finishes with atomics.
+* rung 6a keeps four independent 4-byte loads in flight per thread and finishes with atomics; rung 6b does
+  the same with two 16-byte (float4) loads per pass, so each thread has 32 bytes in flight.
 """
 import math
 
 import numpy as np
 from numba import cuda, float32
 
+from kernels.hardware import _address, load_float4
 from kernels.intro import blocks_for, resident_blocks
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.exercises import EXERCISES, Tolerance
@@ -379,11 +381,64 @@ def reduce_grid_stride_ilp(x, out):
 
 
 def grid_stride_ilp(x, out):
-    """Rung 6: zero out[0], then reduce_grid_stride_ilp with one wave of blocks."""
+    """Rung 6a: zero out[0], then reduce_grid_stride_ilp with one wave of blocks."""
     n = _checked(x, out, "grid_stride_ilp")
     store_identity[1, 1](out, float32(0))
     if n:
         reduce_grid_stride_ilp[min(resident_blocks(BLOCK), blocks_for(n, BLOCK)), BLOCK](x, out)
+
+
+@cuda.jit
+def reduce_grid_stride_float4(x, out):
+    """out[0] += the sum of what block b's threads visit, reading x as float4s: each pass of the
+    grid-stride loop loads two 16-byte vectors one grid apart (eight floats, two loads in flight) into
+    four accumulators; the last n % 4 floats are added one by one by the first threads of the grid.
+
+    Memory: bytes = 4·n; each warp load instruction moves 512 contiguous bytes (LDG.E.128), so a quarter
+    as many load instructions as rung 6a for the same bytes.
+    Launch: 1-D, BLOCK threads, any number of blocks (one wave: resident_blocks()); x 16-byte aligned;
+    out[0] must hold 0.
+    """
+    vectors = x.size // 4
+    stride = cuda.gridsize(1)
+    i = cuda.grid(1)
+    acc0 = float32(0)
+    acc1 = float32(0)
+    acc2 = float32(0)
+    acc3 = float32(0)
+    while i + stride < vectors:
+        a0, a1, a2, a3 = load_float4(x, i)
+        b0, b1, b2, b3 = load_float4(x, i + stride)
+        acc0 += a0 + b0
+        acc1 += a1 + b1
+        acc2 += a2 + b2
+        acc3 += a3 + b3
+        i += 2 * stride
+    if i < vectors:  # the last, partial pass
+        a0, a1, a2, a3 = load_float4(x, i)
+        acc0 += a0
+        acc1 += a1
+        acc2 += a2
+        acc3 += a3
+    tail = 4 * vectors + cuda.grid(1)
+    if tail < x.size:
+        acc0 += x[tail]
+    total = block_sum((acc0 + acc1) + (acc2 + acc3))
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(out, 0, total)
+
+
+def grid_stride_float4(x, out):
+    """Rung 6b: zero out[0], then reduce_grid_stride_float4 with one wave of blocks. A view that does not
+    start on a 16-byte boundary cannot be read as float4: it goes to rung 6a instead."""
+    n = _checked(x, out, "grid_stride_float4")
+    if n and _address(x) % 16:
+        grid_stride_ilp(x, out)
+        return
+    store_identity[1, 1](out, float32(0))
+    if n:
+        blocks = min(resident_blocks(BLOCK), blocks_for(max(n // 4, 1), BLOCK))
+        reduce_grid_stride_float4[blocks, BLOCK](x, out)
 
 
 # --- the max: the same shape with the other identity -----------------------------------------------
@@ -494,7 +549,8 @@ SUM_RUNGS = [
     Rung("reduce_warp_shuffle", warp_shuffle, "rung 4: last warp with shfl_down_sync; passes"),
     Rung("reduce_grid_stride", grid_stride_two_pass, "rung 5a: one wave, grid-stride; second one-block pass"),
     Rung("reduce_grid_stride_atomic", grid_stride_atomic, "rung 5b: one wave, grid-stride; atomic per block"),
-    Rung("reduce_grid_stride_ilp", grid_stride_ilp, "rung 6: four loads in flight per thread; atomics"),
+    Rung("reduce_grid_stride_ilp", grid_stride_ilp, "rung 6a: four loads in flight per thread; atomics"),
+    Rung("reduce_grid_stride_float4", grid_stride_float4, "rung 6b: two float4 loads in flight; atomics"),
 ]
 
 LADDERS = [
@@ -565,7 +621,7 @@ def record_extra(folder):
         }
     regs = {k.__name__: sorted(set(k.get_regs_per_thread().values()))
             for k in (reduce_grid_stride, reduce_grid_stride_atomic, reduce_grid_stride_ilp,
-                      reduce_max_grid_stride)}
+                      reduce_grid_stride_float4, reduce_max_grid_stride)}
     record = {"what": "distinct float32 results of repeated runs on one input", "n": N,
               "exact_sum": float(expected[0]), "sum_of_abs": float(np.sum(np.abs(x), dtype=np.float64)),
               "tolerance_rtol": float(tol.rtol), "tolerance_scale": float(np.ravel(tol.scale)[0]),

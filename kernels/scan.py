@@ -11,7 +11,10 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint32, uint64
+
+import lib
+from kernels.hardware import _address, load_float4, store_float4
 
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.exercises import EXERCISES
@@ -30,6 +33,12 @@ BLELLOCH_PADDED = BLELLOCH_ELEMS + (BLELLOCH_ELEMS >> LOG_BANKS)
 # loads in flight and the per-tile look-back is paid once per 32 KiB moved.
 SINGLE_PASS_THREADS = 256
 ITEMS_PER_THREAD = 16
+
+# The tuned single pass: one 64-bit word per tile holds status and value together, and each thread moves
+# its 32 floats as eight 16-byte loads and stores: 256 × 32 = 8192 floats (32 KiB) per tile.
+PACKED_THREADS = 256
+PACKED_ITEMS = 32
+VECTOR = 4       # floats per 16-byte load
 
 # Status of a tile in the single-pass scan (one int32 per tile, zeroed before each launch).
 EMPTY = 0        # nothing published yet
@@ -413,6 +422,190 @@ def scan_single_pass(x, out, threads=SINGLE_PASS_THREADS, items=ITEMS_PER_THREAD
         _scratch("prefixes", tiles, "float32"))
 
 
+# --- single pass, tuned: status and value in one 64-bit word; 128-bit loads and stores -------------------
+def _pack_on_host(flag, value):
+    """The simulator's pack: (flag << 32) | the float's 32 bits, as a numpy uint64."""
+    return np.uint64((int(flag) << 32) | int(np.float32(value).view(np.uint32)))
+
+
+def _unpack_on_host(word):
+    """The simulator's unpack: (flag, value) from a uint64 made by pack."""
+    word = int(word)
+    return word >> 32, np.uint32(word & 0xFFFFFFFF).view(np.float32)
+
+
+@cuda.jit(device=True)
+def _pack_on_gpu(flag, value):
+    return (uint64(flag) << uint64(32)) | uint64(uint32(cuda.libdevice.float_as_int(value)))
+
+
+@cuda.jit(device=True)
+def _unpack_on_gpu(word):
+    return int32(word >> uint64(32)), cuda.libdevice.int_as_float(int32(uint32(word & uint64(0xFFFFFFFF))))
+
+
+# pack(flag, value) -> uint64 and unpack(word) -> (flag, value): a float's bits reinterpreted, never
+# converted (libdevice's float_as_int on a GPU; numpy's view on the simulator, which has no libdevice).
+pack = lib.pick(sim=_pack_on_host, gpu=_pack_on_gpu)
+unpack = lib.pick(sim=_unpack_on_host, gpu=_unpack_on_gpu)
+
+
+@cuda.jit(device=True)
+def look_back_packed(tile, lane, state):
+    """look_back with one 64-bit word per tile: state[t] = pack(flag, value). One atomic read per lane
+    per step brings flag and value together, so the look-back needs no fence and no second read: a lane
+    that sees the flag holds the value that was published with it.
+    """
+    exclusive = float32(0)
+    window_end = tile
+    nearer = (1 << lane) - 1
+    while True:
+        predecessor = window_end - 1 - lane
+        flag = PREFIX                          # before tile 0 the prefix is exactly 0
+        value = float32(0)
+        if predecessor >= 0:
+            flag, value = unpack(cuda.atomic.add(state, predecessor, uint64(0)))
+        prefix_lanes = cuda.ballot_sync(FULL_MASK, flag == PREFIX)
+        counted = (prefix_lanes & nearer) == 0
+        if cuda.any_sync(FULL_MASK, counted and flag == EMPTY):
+            continue
+        exclusive += warp_broadcast_sum(value if counted else float32(0), lane)
+        if prefix_lanes != 0:
+            return exclusive
+        window_end -= WARP
+
+
+@functools.lru_cache(maxsize=None)
+def single_pass_packed_kernel(threads=PACKED_THREADS, items=PACKED_ITEMS):
+    """The tuned single-pass kernel for tiles of threads × items floats (items a multiple of 4)."""
+    warps = threads // WARP
+    rows = items // VECTOR                 # 16-byte loads per thread
+    tile_vectors = threads * rows
+    warp_vectors = WARP * rows
+
+    @cuda.jit
+    def scan_single_pass_packed(x, out, tile_counter, state):
+        """scan_single_pass_kernel, tuned twice: a tile's status and value are one 64-bit word published
+        by a single atomic exchange (look_back_packed), and a warp moves its floats as rows of 32 float4
+        — lane l holds floats 4l .. 4l+3 of each 128-float row — so every load and store is 16 bytes.
+
+        Scan of a row: each lane adds its four floats in order, the warp scans the lanes' totals with
+        shuffles, and each lane adds the exclusive part (shfl_up of the inclusive) to its four.
+        Memory: x read once, out written once, 16-byte accesses, each warp instruction a contiguous 512
+        bytes. Per tile: one 8-byte exchange at publish (twice) and 8-byte atomic reads in the look-back.
+        Launch: 1-D, `threads` threads, ceil(n / (threads·items)) blocks; x and out 16-byte aligned;
+        tile_counter[0] and state[:] zero at launch.
+        """
+        values = cuda.local.array(items, float32)
+        warp_sums = cuda.shared.array(warps, float32)
+        warp_offsets = cuda.shared.array(warps, float32)
+        ticket = cuda.shared.array(1, int32)
+        t = cuda.threadIdx.x
+        lane, warp = t % WARP, t // WARP
+        if t == 0:
+            ticket[0] = cuda.atomic.add(tile_counter, 0, 1)
+        cuda.syncthreads()
+        tile = ticket[0]
+        n = x.size
+        start = tile * tile_vectors + warp * warp_vectors + lane    # in float4s
+        for r in range(rows):
+            v = start + r * WARP
+            if VECTOR * v + VECTOR <= n:
+                a, b, c, d = load_float4(x, v)
+            else:                                                   # the ragged end, float by float
+                a = x[VECTOR * v] if VECTOR * v < n else float32(0)
+                b = x[VECTOR * v + 1] if VECTOR * v + 1 < n else float32(0)
+                c = x[VECTOR * v + 2] if VECTOR * v + 2 < n else float32(0)
+                d = x[VECTOR * v + 3] if VECTOR * v + 3 < n else float32(0)
+            values[VECTOR * r], values[VECTOR * r + 1] = a, b
+            values[VECTOR * r + 2], values[VECTOR * r + 3] = c, d
+        carry = float32(0)
+        for r in range(rows):
+            a = values[VECTOR * r]
+            b = a + values[VECTOR * r + 1]
+            c = b + values[VECTOR * r + 2]
+            d = c + values[VECTOR * r + 3]
+            inclusive = warp_inclusive_scan(d, lane)
+            before = cuda.shfl_up_sync(FULL_MASK, inclusive, 1)
+            if lane == 0:
+                before = float32(0)
+            before += carry
+            values[VECTOR * r], values[VECTOR * r + 1] = a + before, b + before
+            values[VECTOR * r + 2], values[VECTOR * r + 3] = c + before, d + before
+            carry += cuda.shfl_sync(FULL_MASK, inclusive, WARP - 1)
+        if lane == WARP - 1:
+            warp_sums[warp] = carry
+        cuda.syncthreads()
+        if warp == 0:
+            own = warp_sums[lane] if lane < warps else float32(0)
+            inclusive = warp_inclusive_scan(own, lane)
+            aggregate = cuda.shfl_sync(FULL_MASK, inclusive, warps - 1)
+            exclusive = float32(0)
+            if tile == 0:
+                if lane == 0:
+                    cuda.atomic.exch(state, tile, pack(PREFIX, aggregate))
+            else:
+                if lane == 0:
+                    cuda.atomic.exch(state, tile, pack(AGGREGATE, aggregate))
+                exclusive = look_back_packed(tile, lane, state)
+                if lane == 0:
+                    cuda.atomic.exch(state, tile, pack(PREFIX, exclusive + aggregate))
+            if lane < warps:
+                warp_offsets[lane] = exclusive + (inclusive - own)
+        cuda.syncthreads()
+        offset = warp_offsets[warp]
+        for r in range(rows):
+            v = start + r * WARP
+            a, b = values[VECTOR * r] + offset, values[VECTOR * r + 1] + offset
+            c, d = values[VECTOR * r + 2] + offset, values[VECTOR * r + 3] + offset
+            if VECTOR * v + VECTOR <= n:
+                store_float4(out, v, a, b, c, d)
+            else:
+                if VECTOR * v < n:
+                    out[VECTOR * v] = a
+                if VECTOR * v + 1 < n:
+                    out[VECTOR * v + 1] = b
+                if VECTOR * v + 2 < n:
+                    out[VECTOR * v + 2] = c
+
+    return scan_single_pass_packed
+
+
+@cuda.jit
+def reset_packed(tile_counter, state):
+    """tile_counter[0] = 0 and state[:] = 0 (EMPTY, value 0) before a packed single-pass launch.
+
+    Memory: 8 bytes per tile written, coalesced. Launch: 1-D, THREADS threads, ceil(tiles / THREADS) blocks.
+    """
+    i = cuda.grid(1)
+    if i == 0:
+        tile_counter[0] = 0
+    if i < state.size:
+        state[i] = 0
+
+
+def scan_single_pass_packed(x, out, threads=PACKED_THREADS, items=PACKED_ITEMS):
+    """out = inclusive scan of x: the tuned single pass. Arrays that are not 16-byte aligned (a view that
+    starts mid-vector) cannot be read as float4, and go to scan_single_pass instead."""
+    require(x, "x", ndim=1, where="scan_single_pass_packed")
+    require(out, "out", shape=x.shape, where="scan_single_pass_packed")
+    if threads % WARP or not WARP <= threads <= WARP * WARP or items < VECTOR or items % VECTOR:
+        raise ValueError(f"scan_single_pass_packed: threads must be a multiple of 32 in 32..1024 and items a "
+                         f"positive multiple of 4, got threads={threads}, items={items}")
+    if not x.size:
+        return
+    if _address(x) % 16 or _address(out) % 16:
+        scan_single_pass(x, out)
+        return
+    tiles = math.ceil(x.size / (threads * items))
+    if tiles >= 2 ** 31:
+        raise ValueError(f"scan_single_pass_packed: {x.size} elements need {tiles} tiles, more than int32 counts")
+    counter = _scratch("tile_counter", 1, "int32")
+    state = _scratch("state", tiles, "uint64")
+    reset_packed[math.ceil(tiles / THREADS), THREADS](counter, state)
+    single_pass_packed_kernel(threads, items)[tiles, threads](x, out, counter, state)
+
+
 # --- exclusive scans ----------------------------------------------------------------------------------
 @cuda.jit
 def shift_right(inclusive, out):
@@ -433,7 +626,8 @@ def scan_exclusive(x, out):
     require(out, "out", shape=x.shape, where="scan_exclusive")
     if x.size:
         inclusive = _scratch("inclusive", x.size, "float32")
-        scan_single_pass(x, inclusive)
+        scan_single_pass_packed(x, inclusive, *SIM_PACKED_TILE) if lib.SIMULATOR else \
+            scan_single_pass_packed(x, inclusive)
         shift_right[math.ceil(x.size / THREADS), THREADS](inclusive, out)
 
 
@@ -499,6 +693,13 @@ def _small_tile_single_pass(x, out):
     scan_single_pass(x, out, threads=64, items=2)
 
 
+SIM_PACKED_TILE = (32, 8)  # the simulator's packed tile: 256 floats, so a thousand span several tiles
+
+
+def _small_tile_packed(x, out):
+    scan_single_pass_packed(x, out, *SIM_PACKED_TILE)
+
+
 def _torch_cumsum(x, out):
     import torch
 
@@ -514,8 +715,6 @@ def _ladder_tolerance(x, expected):
 
 
 def _single_pass_rung():
-    import lib
-
     return Rung("scan_single_pass", lib.pick(sim=_small_tile_single_pass, gpu=scan_single_pass),
                 f"decoupled look-back, {SINGLE_PASS_THREADS} threads × {ITEMS_PER_THREAD} floats per tile")
 
@@ -533,7 +732,10 @@ LADDERS = [
                     "block scan by Blelloch up/down-sweep (padded), three phases"),
                Rung("scan_three_phase_warp_shuffle", _three_phase_rung("warp_shuffle"),
                     "block scan by warp shuffles, three phases"),
-               _single_pass_rung()],
+               _single_pass_rung(),
+               Rung("scan_single_pass_packed", lib.pick(sim=_small_tile_packed, gpu=scan_single_pass_packed),
+                    f"look-back on one 64-bit word per tile, float4 loads and stores, "
+                    f"{PACKED_THREADS} threads × {PACKED_ITEMS} floats per tile")],
         baselines=[Baseline("torch.cumsum", _torch_cumsum, "torch.cumsum(x, 0, out=out)")],
         tolerance=_ladder_tolerance,
     ),

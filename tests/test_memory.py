@@ -192,6 +192,18 @@ def test_random_cycle_is_one_cycle_and_the_chase_matches_the_host():
     assert int(last.copy_to_host()[0]) == mem.chase_on_host(next_index, 57) != 0
 
 
+def test_a_line_spaced_cycle_visits_one_element_per_line():
+    next_index = mem.random_cycle(32 * 40, np.random.default_rng(2), spacing=mem.LINE_INTS)
+    seen, j = set(), 0
+    for _ in range(40):
+        seen.add(j)
+        j = int(next_index[j])
+    assert j == 0 and seen == set(range(0, 32 * 40, 32))
+    assert (np.delete(next_index, sorted(seen)) == -1).all()
+    with pytest.raises(ValueError, match="spacing"):
+        mem.random_cycle(16, np.random.default_rng(0), spacing=32)
+
+
 def test_shared_probe_reads_what_it_should():
     out = cuda.device_array(64, dtype=np.float64)
     mem.shared_probe_f32_kernel[1, 64](out, 2)

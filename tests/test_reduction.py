@@ -37,6 +37,17 @@ def test_every_sum_rung_gives_zero_for_an_empty_input(launcher):
     assert _run(launcher, np.zeros(0, dtype=np.float32))[0] == 0.0
 
 
+@pytest.mark.parametrize("n", [3, 4, 1027])  # fewer floats than one float4; exactly one; a ragged tail of 3
+def test_float4_rung_adds_the_tail_and_falls_back_for_an_unaligned_view(n):
+    x = np.random.default_rng(n).uniform(0.5, 1.5, n + 1).astype(np.float32)
+    for view, host in ((cuda.to_device(x[:n]), x[:n]), (cuda.to_device(x)[1:], x[1:])):
+        out = cuda.to_device(np.full(1, np.nan, dtype=np.float32))
+        R.grid_stride_float4(view, out)
+        expected = np.array([np.sum(host, dtype=np.float64)])
+        tol = EXERCISES["reduce_sum"].tolerance(host, expected)
+        assert compare(out.copy_to_host(), expected, tol.rtol, tol.atol, tol.scale) is None
+
+
 def test_one_block_partials_land_in_the_right_slots():
     """The first pass of rung 4 alone: partial b must be the sum of elements 512·b .. 512·b + 511."""
     x = np.arange(1100, dtype=np.float32)
@@ -56,7 +67,8 @@ def test_max_of_an_empty_input_is_minus_infinity():
     assert _run(R.max_grid_stride, np.zeros(0, dtype=np.float32))[0] == -math.inf
 
 
-@pytest.mark.parametrize("launcher", [R.interleaved_divergent, R.grid_stride_ilp, R.max_grid_stride])
+@pytest.mark.parametrize("launcher", [R.interleaved_divergent, R.grid_stride_ilp, R.grid_stride_float4,
+                                      R.max_grid_stride])
 def test_launchers_refuse_bad_arguments(launcher):
     x = cuda.to_device(np.ones(10, dtype=np.float32))
     with pytest.raises(TypeError, match="float32"):

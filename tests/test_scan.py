@@ -78,6 +78,50 @@ def test_single_pass_can_run_twice_in_a_row():
         _check_inclusive(x, _run(S.scan_single_pass, x, threads=32, items=2))
 
 
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 255, 257, 9 * 128 + 6])  # ragged within a float4 and a tile
+def test_packed_single_pass_at_ragged_sizes(n):
+    x = _inputs(n)
+    _check_inclusive(x, _run(S.scan_single_pass_packed, x, threads=32, items=4))
+
+
+def test_packed_single_pass_with_several_warps_is_exact_on_integers_and_runs_twice():
+    x = np.ones(7 * 512 + 13, dtype=np.float32)  # 64 threads × 8 items: 8 tiles of 512, 2 warps each
+    for _ in range(2):
+        assert np.array_equal(_run(S.scan_single_pass_packed, x, threads=64, items=8), np.arange(1, x.size + 1))
+
+
+def test_packed_single_pass_falls_back_for_a_view_that_is_not_16_byte_aligned():
+    x = _inputs(301)
+    d_x = cuda.to_device(x)[1:]
+    out = cuda.device_array(300, dtype=np.float32)
+    S.scan_single_pass_packed(d_x, out, threads=32, items=4)
+    _check_inclusive(x[1:], out.copy_to_host())
+
+
+@pytest.mark.parametrize("flag", [S.EMPTY, S.AGGREGATE, S.PREFIX])
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.5, -3.25e-7, 3.4e38, float("inf")])
+def test_pack_keeps_the_flag_and_every_bit_of_the_value(flag, value):
+    @cuda.jit
+    def round_trip(flags, values, words):
+        words[0] = S.pack(flags[0], values[0])
+        f, v = S.unpack(words[0])
+        flags[1], values[1] = f, v
+
+    flags = cuda.to_device(np.array([flag, -1], dtype=np.int32))
+    values = cuda.to_device(np.array([value, np.nan], dtype=np.float32))
+    words = cuda.to_device(np.zeros(1, dtype=np.uint64))
+    round_trip[1, 1](flags, values, words)
+    f, v, w = flags.copy_to_host(), values.copy_to_host(), int(words.copy_to_host()[0])
+    assert f[1] == flag and v[1].tobytes() == np.float32(value).tobytes()
+    assert w >> 32 == flag and (w & 0xFFFFFFFF) == int(np.float32(value).view(np.uint32))
+
+
+def test_packed_launcher_errors():
+    x = cuda.to_device(np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        S.scan_single_pass_packed(x, cuda.device_array(8, np.float32), threads=32, items=6)
+
+
 @pytest.mark.parametrize("n", [1, 1000])
 def test_exclusive_scan(n):
     x = _inputs(n)
