@@ -28,6 +28,7 @@ TILE_PADDED = TILE + 1  # a padded tile row; a named constant because numba want
 BLOCK_ROWS = 8        # a transpose block is TILE x BLOCK_ROWS threads; each thread moves TILE / BLOCK_ROWS floats
 VECTOR = 4            # floats per thread in copy_four_per_thread_kernel (16 bytes, one float32x4's worth)
 SECTOR_BYTES = 32     # global memory moves in 32-byte sectors
+TILE_ITEMS = TILE // BLOCK_ROWS  # floats each thread moves through a tile (4)
 assert TILE % BLOCK_ROWS == 0 and TILE == 32, "the tile is one warp wide and split evenly between thread rows"
 
 
@@ -243,6 +244,38 @@ def transpose_swizzled_kernel(a, out):
             out[out_r, out_c] = tile[tx, (ty + k) ^ tx]
 
 
+@cuda.jit
+def transpose_batched_kernel(a, out):
+    """transpose_padded_kernel with every load issued before the first store: each thread reads its
+    TILE_ITEMS floats of `a` into registers, then writes them to the tile; after the barrier it reads its
+    TILE_ITEMS floats of the tile, then stores them to `out`.
+
+    Memory: as transpose_padded_kernel, but each thread has TILE_ITEMS global loads in flight instead of
+    one. In the padded kernel a load is followed by a shared store that the compiler cannot prove to be
+    independent of the next load (numba's arrays are generic pointers, which may alias), so each load
+    waits for the one before it; here the loads have nothing between them.
+    Launch: as transpose_tiled_kernel.
+    """
+    tile = cuda.shared.array((TILE, TILE_PADDED), float32)
+    held = cuda.local.array(TILE_ITEMS, float32)    # registers: constant trip counts unroll
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    rows, cols = a.shape
+    c = cuda.blockIdx.x * TILE + tx
+    for k in range(TILE_ITEMS):
+        r = cuda.blockIdx.y * TILE + ty + k * BLOCK_ROWS
+        held[k] = a[r, c] if r < rows and c < cols else float32(0)
+    for k in range(TILE_ITEMS):
+        tile[ty + k * BLOCK_ROWS, tx] = held[k]
+    cuda.syncthreads()
+    for k in range(TILE_ITEMS):
+        held[k] = tile[tx, ty + k * BLOCK_ROWS]
+    out_c = cuda.blockIdx.y * TILE + tx
+    for k in range(TILE_ITEMS):
+        out_r = cuda.blockIdx.x * TILE + ty + k * BLOCK_ROWS
+        if out_r < cols and out_c < rows:
+            out[out_r, out_c] = held[k]
+
+
 def _transpose_args(a, out, where):
     require(a, "a", ndim=2, where=where)
     require(out, "out", shape=tuple(a.shape[::-1]), where=where)
@@ -265,6 +298,7 @@ def _launch_tiled(kernel, a, out, where):
 transpose_tiled = functools.partial(_launch_tiled, transpose_tiled_kernel, where="transpose_tiled")
 transpose_padded = functools.partial(_launch_tiled, transpose_padded_kernel, where="transpose_padded")
 transpose_swizzled = functools.partial(_launch_tiled, transpose_swizzled_kernel, where="transpose_swizzled")
+transpose_batched = functools.partial(_launch_tiled, transpose_batched_kernel, where="transpose_batched")
 
 
 def transpose_tile_words(kind: str) -> tuple[list[list[int]], list[list[int]]]:
@@ -345,7 +379,8 @@ LADDERS = [
         rungs=[Rung("transpose_naive_kernel", transpose_naive, "coalesced reads, scattered writes"),
                Rung("transpose_tiled_kernel", transpose_tiled, "shared tile, 32-way conflicts on reads"),
                Rung("transpose_padded_kernel", transpose_padded, "tile rows padded to 33 words"),
-               Rung("transpose_swizzled_kernel", transpose_swizzled, "XOR-swizzled tile")],
+               Rung("transpose_swizzled_kernel", transpose_swizzled, "XOR-swizzled tile"),
+               Rung("transpose_batched_kernel", transpose_batched, "padded tile, all loads before any store")],
         baselines=[Baseline("torch a.t() copy", _torch_transpose, "out.copy_(a.t())")]),
     copy_ceiling(CHAPTER, [TRANSPOSE]),
 ]

@@ -136,12 +136,12 @@ def _transpose_check(launch, shape):
 
 
 @pytest.mark.parametrize("launch", [mem.transpose_naive, mem.transpose_tiled, mem.transpose_padded,
-                                    mem.transpose_swizzled])
+                                    mem.transpose_swizzled, mem.transpose_batched])
 def test_transposes_ragged(launch):
     _transpose_check(launch, (37, 45))   # 2 x 2 tiles, both edges ragged
 
 
-@pytest.mark.parametrize("launch", [mem.transpose_tiled, mem.transpose_swizzled])
+@pytest.mark.parametrize("launch", [mem.transpose_tiled, mem.transpose_swizzled, mem.transpose_batched])
 def test_transposes_single_row_and_element(launch):
     _transpose_check(launch, (1, 40))
     _transpose_check(launch, (1, 1))
