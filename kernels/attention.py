@@ -21,6 +21,7 @@ from lib.bench import Baseline, Ladder, Rung
 from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance, spike_late_qkv
 from lib.validate import require
+from kernels.hardware import load_float4 as load_float4_1d
 from kernels.matmul import SMEM_ALIGN, load_float4
 from kernels.softmax import NEG_INF, ZERO, softmax_on_chip, softmax_warp_per_row
 
@@ -226,6 +227,8 @@ def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = Fa
     CHUNKS = DIMS // 4                      # a thread's dimensions: float4 chunks lane, lane + LANES, ...
     SHUFFLES = int(math.log2(LANES))        # butterfly rounds across a row group
     ROWS_AS_FLOAT4 = ROWS % 4 == 0
+    TILE_LOADS = BC * D // FLASH_THREADS    # floats of k (and of v) each thread brings per key tile
+    assert BC * D % FLASH_THREADS == 0
     SCALE = float32(1.0 / math.sqrt(head_dim))
     CAUSAL = causal
     ROW_WIDTH, KEY_WIDTH = BR + PAD, BC + PAD   # literal shapes for the shared arrays
@@ -245,7 +248,8 @@ def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = Fa
 
         Memory: reads q once, writes out once, and reads k and v once per query block: ceil(m / BR)
         times per head (causal: only the tiles at or left of the diagonal). Global loads are coalesced
-        (a tile of consecutive rows is one contiguous run of floats). Shared: the key reads are 8 lanes
+        (a tile of consecutive rows is one contiguous run of floats), and a thread issues all its loads of a
+        k/v tile before its first shared store, so they are in flight together. Shared: the key reads are 8 lanes
         × 16 bytes in a row (conflict-free), the query and probability reads broadcast within a row group;
         the transposing stores cost a few bank conflicts once per tile.
         Launch: FLASH_THREADS threads per block, grid (ceil(m / BR), heads). Any m and n ≥ 1 (causal:
@@ -261,6 +265,8 @@ def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = Fa
         l_run = cuda.local.array(ROWS, float32)
         q_frag = cuda.local.array(ROWS, float32)
         k_frag = cuda.local.array(KEYS, float32)
+        k_held = cuda.local.array(TILE_LOADS, float32)
+        v_held = cuda.local.array(TILE_LOADS, float32)
         t = cuda.threadIdx.x
         lane = t % LANES
         row0 = (t // LANES) * ROWS              # this thread's first row in the tile
@@ -281,11 +287,15 @@ def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = Fa
             tiles = min(tiles, (i0 + BR + BC - 1) // BC)   # tiles right of the diagonal are all masked
         for tile in range(tiles):
             j0 = tile * BC
-            for e in range(t, BC * D, FLASH_THREADS):
-                j, c = e // D, e % D
+            for e in range(TILE_LOADS):        # every load of the tile first: 2·TILE_LOADS in flight
+                j, c = (t + e * FLASH_THREADS) // D, (t + e * FLASH_THREADS) % D
                 inside = j0 + j < n
-                k_t[c, j] = k[z, j0 + j, c] if inside else float32(0.0)
-                v_s[j, c] = v[z, j0 + j, c] if inside else float32(0.0)
+                k_held[e] = k[z, j0 + j, c] if inside else float32(0.0)
+                v_held[e] = v[z, j0 + j, c] if inside else float32(0.0)
+            for e in range(TILE_LOADS):        # then the shared stores
+                j, c = (t + e * FLASH_THREADS) // D, (t + e * FLASH_THREADS) % D
+                k_t[c, j] = k_held[e]
+                v_s[j, c] = v_held[e]
             cuda.syncthreads()
             # scores: ROWS × KEYS outer products over D
             for r in range(ROWS):
@@ -373,6 +383,192 @@ def flash_attention(q, k, v, out, causal: bool = False):
 def flash_attention_causal(q, k, v, out):
     """Path 2 with the causal mask (query i sees keys 0..i)."""
     flash_attention(q, k, v, out, causal=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Path 2, wide: 8 × 8 scores per thread, in more shared memory than a static array may take
+# ------------------------------------------------------------------------------------------------
+WIDE = dict(D=64, BR=128, BC=64, LANES=8, THREADS=128, BATCH=16)   # d = 64 only
+WIDE_ROW, WIDE_KEY = WIDE["BR"] + PAD, WIDE["BC"] + PAD            # 132 and 68 floats per shared row
+WIDE_SMEM_FLOATS = (WIDE["D"] * WIDE_ROW + WIDE["D"] * WIDE_KEY + WIDE["BC"] * WIDE["D"]
+                    + WIDE["BC"] * WIDE_ROW)
+WIDE_SMEM_BYTES = 4 * WIDE_SMEM_FLOATS                               # 101,376 bytes: opt-in above 48 KB
+_WIDE_KERNELS: dict = {}
+
+
+def make_flash_wide_kernel(causal: bool):
+    """Build (once per masking) the wide fused kernel for d = 64: the same algorithm as
+    flash_attention_kernel, with each thread holding 8 query rows × 8 keys of scores (and 8 rows × 8
+    dimensions of output), so that each pair of 16-byte shared loads feeds 64 FMAs instead of 16."""
+    if causal in _WIDE_KERNELS:
+        return _WIDE_KERNELS[causal]
+    D, BR, BC, LANES, THREADS, BATCH = (WIDE[k] for k in ("D", "BR", "BC", "LANES", "THREADS", "BATCH"))
+    RW, KW = WIDE_ROW, WIDE_KEY
+    Q_T, K_T = 0, D * WIDE_ROW                        # offsets (floats) of the four tiles in one buffer
+    V_S = K_T + D * WIDE_KEY
+    P_T = V_S + BC * D
+    Q_LOADS, KV_LOADS = BR * D // THREADS, BC * D // THREADS   # 64 and 32 floats per thread
+    SCALE = float32(1.0 / math.sqrt(D))
+    CAUSAL = causal
+    assert LANES == 8 and THREADS // LANES * 8 == BR and 8 * LANES == BC and D == 8 * LANES
+    assert Q_LOADS % BATCH == 0 and KV_LOADS % BATCH == 0 and all(x % 4 == 0 for x in (RW, KW, K_T, V_S, P_T))
+
+    @cuda.jit(fastmath=False)
+    def flash_wide_kernel(q, k, v, out):
+        """out = softmax(q k.T / sqrt(64)) v for one head per grid row, BR = 128 queries per block, key
+        tiles of BC = 64, online softmax as in flash_attention_kernel.
+
+        Thread t is lane t % 8 of row group g = t // 8. Its 8 query rows are 4g .. 4g+3 and 64+4g ..
+        64+4g+3 of the tile, its 8 keys 4·lane .. 4·lane+3 and 32+4·lane .. +3, its 8 output dimensions
+        4·lane .. +3 and 32+4·lane .. +3: each group of four is one 16-byte shared load, and in every load
+        instruction of a warp the lanes either read one contiguous 128-byte run or share an address
+        (a broadcast) — no bank conflicts.
+        Memory: as flash_attention_kernel (q once, k and v once per query block: ceil(m / 128) times per
+        head); loads of a tile issued BATCH at a time before their shared stores. Shared: one dynamic
+        buffer of WIDE_SMEM_BYTES (q_t, k_t, v_s, p_t), which needs the launch's opt-in above 48 KB.
+        Launch: THREADS threads, grid (ceil(m / BR), heads), WIDE_SMEM_BYTES of dynamic shared memory.
+        """
+        smem = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
+        s = cuda.local.array((8, 8), float32)
+        o = cuda.local.array((8, 8), float32)
+        m_run = cuda.local.array(8, float32)
+        l_run = cuda.local.array(8, float32)
+        a_frag = cuda.local.array(8, float32)
+        b_frag = cuda.local.array(8, float32)
+        held = cuda.local.array(BATCH, float32)
+        held_v = cuda.local.array(BATCH, float32)
+        t = cuda.threadIdx.x
+        lane, g = t % LANES, t // LANES
+        z = cuda.blockIdx.y
+        i0 = cuda.blockIdx.x * BR
+        m, n = q.shape[1], k.shape[1]
+        for base in range(0, Q_LOADS, BATCH):               # q tile, transposed and scaled
+            for e in range(BATCH):
+                r, c = (t + (base + e) * THREADS) // D, (t + (base + e) * THREADS) % D
+                held[e] = q[z, i0 + r, c] * SCALE if i0 + r < m else float32(0.0)
+            for e in range(BATCH):
+                r, c = (t + (base + e) * THREADS) // D, (t + (base + e) * THREADS) % D
+                smem[Q_T + c * RW + r] = held[e]
+        for r in range(8):
+            m_run[r] = NEG_INF
+            l_run[r] = float32(0.0)
+            for x in range(8):
+                o[r, x] = float32(0.0)
+        tiles = (n + BC - 1) // BC
+        if CAUSAL:
+            tiles = min(tiles, (i0 + BR + BC - 1) // BC)
+        for tile in range(tiles):
+            j0 = tile * BC
+            for base in range(0, KV_LOADS, BATCH):          # k tile (transposed) and v tile
+                for e in range(BATCH):
+                    j, c = (t + (base + e) * THREADS) // D, (t + (base + e) * THREADS) % D
+                    inside = j0 + j < n
+                    held[e] = k[z, j0 + j, c] if inside else float32(0.0)
+                    held_v[e] = v[z, j0 + j, c] if inside else float32(0.0)
+                for e in range(BATCH):
+                    j, c = (t + (base + e) * THREADS) // D, (t + (base + e) * THREADS) % D
+                    smem[K_T + c * KW + j] = held[e]
+                    smem[V_S + j * D + c] = held_v[e]
+            cuda.syncthreads()
+            for r in range(8):
+                for x in range(8):
+                    s[r, x] = float32(0.0)
+            for c in range(D):                               # scores: 8 × 8 outer products over D
+                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4_1d(smem, (Q_T + c * RW + 4 * g) // 4)
+                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4_1d(smem, (Q_T + c * RW + 64 + 4 * g) // 4)
+                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4_1d(smem, (K_T + c * KW + 4 * lane) // 4)
+                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4_1d(smem, (K_T + c * KW + 32 + 4 * lane) // 4)
+                for r in range(8):
+                    for x in range(8):
+                        s[r, x] += a_frag[r] * b_frag[x]
+            for r in range(8):                               # online softmax, row by row
+                row = i0 + 4 * g + 64 * (r // 4) + r % 4
+                tile_max = NEG_INF
+                for x in range(8):
+                    j = j0 + 4 * lane + 32 * (x // 4) + x % 4
+                    if j >= n or (CAUSAL and j > row):
+                        s[r, x] = NEG_INF
+                    tile_max = max(tile_max, s[r, x])
+                tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 4))
+                tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
+                tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
+                m_new = max(m_run[r], tile_max)
+                if m_new > m_run[r]:
+                    alpha = math.exp(m_run[r] - m_new)
+                    l_run[r] *= alpha
+                    for x in range(8):
+                        o[r, x] *= alpha
+                    m_run[r] = m_new
+                for x in range(8):
+                    prob = math.exp(s[r, x] - m_new)
+                    l_run[r] += prob
+                    smem[P_T + (4 * lane + 32 * (x // 4) + x % 4) * RW + 4 * g + 64 * (r // 4) + r % 4] = prob
+            cuda.syncthreads()
+            for j in range(BC):                              # o += p @ v
+                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4_1d(smem, (P_T + j * RW + 4 * g) // 4)
+                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4_1d(smem, (P_T + j * RW + 64 + 4 * g) // 4)
+                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4_1d(smem, (V_S + j * D + 4 * lane) // 4)
+                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4_1d(smem, (V_S + j * D + 32 + 4 * lane) // 4)
+                for r in range(8):
+                    for x in range(8):
+                        o[r, x] += a_frag[r] * b_frag[x]
+            cuda.syncthreads()
+        for r in range(8):
+            total = l_run[r]
+            total += cuda.shfl_xor_sync(FULL_MASK, total, 4)
+            total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+            total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+            row = i0 + 4 * g + 64 * (r // 4) + r % 4
+            if row < m:
+                inv = float32(1.0) / total
+                for x in range(8):
+                    out[z, row, 4 * lane + 32 * (x // 4) + x % 4] = o[r, x] * inv
+
+    _WIDE_KERNELS[causal] = flash_wide_kernel
+    return flash_wide_kernel
+
+
+_OPTED_IN: set = set()
+
+
+def _allow_dynamic_shared(kernel, args, nbytes: int):
+    """Raise the kernel's dynamic shared-memory limit to `nbytes` for the argument types of `args`.
+
+    CUDA caps a block's dynamic shared memory at 48 KB unless the kernel opts in (cuFuncSetAttribute with
+    MAX_DYNAMIC_SHARED_SIZE_BYTES); numba-cuda has no public call for it (numba-cuda issue #94), so this
+    does what its own shared-memory carve-out setting does, on the compiled kernel. Nothing on the
+    simulator, which has no such limit."""
+    if lib.SIMULATOR:
+        return
+    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+    key = (id(kernel), argtypes)
+    if key in _OPTED_IN:
+        return
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    compiled = kernel.compile(argtypes)
+    cufunc = compiled._codelibrary.get_cufunc()
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+    _OPTED_IN.add(key)
+
+
+def flash_attention_wide(q, k, v, out, causal: bool = False):
+    """Path 2, wide tiles (d = 64 only): flash_wide_kernel with its 99 KB of dynamic shared memory."""
+    where = "flash_attention_wide_causal" if causal else "flash_attention_wide"
+    heads, m, n, d = _check_qkv(q, k, v, out, where, (WIDE["D"],))
+    if causal and m != n:
+        raise ValueError(f"{where}: the causal mask here needs as many queries as keys (m = {m}, n = {n})")
+    if heads == 0 or m == 0:
+        return
+    kernel = make_flash_wide_kernel(causal)
+    _allow_dynamic_shared(kernel, (q, k, v, out), WIDE_SMEM_BYTES)
+    kernel[(_cdiv(m, WIDE["BR"]), heads), WIDE["THREADS"], 0, WIDE_SMEM_BYTES](q, k, v, out)
+
+
+def flash_attention_wide_causal(q, k, v, out):
+    """The wide kernel with the causal mask."""
+    flash_attention_wide(q, k, v, out, causal=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -518,6 +714,8 @@ SIM_SIZES = [(2, 40, 64)]            # two heads, 40 queries and keys: every til
 PATH1 = Rung("attention_materialised", attention_materialised,
              "path 1: q @ k.T to memory, row softmax, p @ v (3 kernels)")
 PATH2 = Rung("flash_attention", flash_attention, "path 2: one fused kernel, online softmax")
+PATH2_WIDE = Rung("flash_attention_wide", flash_attention_wide,
+                  "path 2, wide: 8 × 8 scores per thread, 99 KB of dynamic shared memory")
 SDPA32 = Baseline("torch.sdpa", torch_sdpa_fp32, "scaled_dot_product_attention, fp32, TF32 off")
 
 
@@ -535,12 +733,13 @@ def _ladder(topic, description, sizes, sim_sizes, rungs, baselines, causal=False
 LADDERS = [
     # Path 1 at every size: its two 16 × 16384² buffers take 32 GiB, which the H200's 141 GB holds.
     _ladder("attention d64", "16 heads, d = 64, n = 1024 ... 16384: path 1, path 2, torch SDPA (fp32)",
-            SIZES_D64, SIM_SIZES, [PATH1, PATH2], [SDPA32]),
+            SIZES_D64, SIM_SIZES, [PATH1, PATH2, PATH2_WIDE], [SDPA32]),
     _ladder("attention d128", "16 heads, d = 128, n = 4096", [(HEADS, 4096, 128)], [(1, 37, 128)],
             [PATH1, PATH2], [SDPA32]),
     _ladder("attention causal", "causal mask, 16 heads, d = 64 (FLOPs counted for the half computed)",
             [(HEADS, 4096, 64), (HEADS, 16384, 64)], [(1, 70, 64)],
-            [Rung("flash_attention_causal", flash_attention_causal, "path 2, causal")],
+            [Rung("flash_attention_causal", flash_attention_causal, "path 2, causal"),
+             Rung("flash_attention_wide_causal", flash_attention_wide_causal, "path 2 wide, causal")],
             [Baseline("torch.sdpa.causal", torch_sdpa_fp32_causal, "SDPA fp32, is_causal=True")], causal=True),
     # Context, not a competitor: fp16 inputs on the tensor cores, checked with fp16's looser tolerance.
     _ladder("attention fp16", "torch SDPA with fp16 inputs (tensor cores), for scale", SIZES_D64, [], [],
@@ -568,6 +767,10 @@ def record_extra(folder) -> list:
               lambda: make_flash_attention_kernel(64, True), FLASH_THREADS),
              ("flash_attention d=128", flash_attention, (2, 37, 128), False,
               lambda: make_flash_attention_kernel(128, False), FLASH_THREADS),
+             ("flash_attention_wide d=64", flash_attention_wide, (2, 150, 64), False,
+              lambda: make_flash_wide_kernel(False), WIDE["THREADS"]),
+             ("flash_attention_wide_causal d=64", flash_attention_wide_causal, (2, 150, 64), True,
+              lambda: make_flash_wide_kernel(True), WIDE["THREADS"]),
              ("batched_matmul_kernel (scores)", attention_materialised, (2, 70, 64), False,
               lambda: make_batched_matmul_kernel(SCORES_BM, SCORES_BN, True)[0], 256),
              ("batched_matmul_kernel (p @ v)", attention_materialised, (2, 70, 64), False,
@@ -584,7 +787,8 @@ def record_extra(folder) -> list:
         rows.append({"kernel": name, "threads_per_block": threads,
                      "registers_per_thread": int(compiled.regs_per_thread),
                      "local_bytes_per_thread": int(compiled.local_mem_per_thread),
-                     "shared_bytes_per_block": int(compiled.shared_mem_per_block), **env})
+                     "shared_bytes_per_block": int(compiled.shared_mem_per_block),
+                     "dynamic_shared_bytes_per_block": WIDE_SMEM_BYTES if "wide" in name else 0, **env})
     path = Path(folder) / f"{CHAPTER}.kernels.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return [path]

@@ -54,6 +54,26 @@ def test_flash_fewer_queries_than_keys():
     assert_attention(run(A.flash_attention, q, k, v), q, k, v)
 
 
+def test_wide_kernel_ragged_multi_block_and_m_not_n():
+    q, k, v = inputs(1, 150, 64, seed=5)   # 2 query blocks of 128, 3 key tiles of 64 (the last holds 22)
+    assert_attention(run(A.flash_attention_wide, q, k, v), q, k, v)
+    q, k, v = inputs(1, 40, 64, seed=6, m=3)
+    assert_attention(run(A.flash_attention_wide, q, k, v), q, k, v)
+
+
+def test_wide_kernel_causal():
+    q, k, v = inputs(1, 130, 64, seed=7)
+    got = run(A.flash_attention_wide_causal, q, k, v)
+    assert_attention(got, q, k, v, causal=True)
+    assert np.allclose(got[0, 0], v[0, 0]), "query 0 sees only key 0"
+
+
+def test_wide_kernel_refuses_other_head_dims():
+    q, k, v = inputs(1, 8, 128)
+    with pytest.raises(ValueError, match="64"):
+        run(A.flash_attention_wide, q, k, v)
+
+
 def test_single_key_returns_its_value():
     q, k, v = inputs(1, 1, 64, seed=4)
     got = run(A.flash_attention, q, k, v)
