@@ -213,12 +213,11 @@ def attention_materialised(q, k, v, out):
 _FLASH_KERNELS: dict = {}
 
 
-def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = False):
-    """Build (once per head dimension, masking and math mode) the fused attention kernel. Every size it
-    loops over is a compile-time constant, so the loops over a thread's rows, keys and dimensions unroll and
-    its scores, output accumulators and softmax state stay in registers. fastmath=True compiles exp as
-    the hardware's approximate ex2 (__expf)."""
-    key = (head_dim, causal, fastmath)
+def make_flash_attention_kernel(head_dim: int, causal: bool):
+    """Build (once per head dimension and masking) the fused attention kernel. Every size it loops over is
+    a compile-time constant, so the loops over a thread's rows, keys and dimensions unroll and its scores,
+    output accumulators and softmax state stay in registers."""
+    key = (head_dim, causal)
     if key in _FLASH_KERNELS:
         return _FLASH_KERNELS[key]
     cfg = flash_shape(head_dim)
@@ -233,7 +232,7 @@ def make_flash_attention_kernel(head_dim: int, causal: bool, fastmath: bool = Fa
     CAUSAL = causal
     ROW_WIDTH, KEY_WIDTH = BR + PAD, BC + PAD   # literal shapes for the shared arrays
 
-    @cuda.jit(fastmath=fastmath)
+    @cuda.jit
     def flash_attention_kernel(q, k, v, out):
         """out[z, i] = Σ_j softmax_j(q[z, i]·k[z, j] / sqrt(D)) v[z, j], one pass over the keys, never
         writing a score to memory. (Causal build: key j is masked out for query i when j > i.)
@@ -413,7 +412,7 @@ def make_flash_wide_kernel(causal: bool):
     assert LANES == 8 and THREADS // LANES * 8 == BR and 8 * LANES == BC and D == 8 * LANES
     assert Q_LOADS % BATCH == 0 and KV_LOADS % BATCH == 0 and all(x % 4 == 0 for x in (RW, KW, K_T, V_S, P_T))
 
-    @cuda.jit(fastmath=False)
+    @cuda.jit
     def flash_wide_kernel(q, k, v, out):
         """out = softmax(q k.T / sqrt(64)) v for one head per grid row, BR = 128 queries per block, key
         tiles of BC = 64, online softmax as in flash_attention_kernel.

@@ -134,7 +134,7 @@ def vector_add_float4_kernel(a, b, out):
             out[j] = a[j] + b[j]
 
 
-def _address(array) -> int:
+def data_address(array) -> int:
     """Where an array's data starts (a device address on a GPU, a host one on the simulator)."""
     interface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
     return interface["data"][0]
@@ -146,7 +146,7 @@ def vector_add_float4(a, b, out):
     require(b, "b", shape=a.shape, where="vector_add_float4")
     require(out, "out", shape=a.shape, where="vector_add_float4")
     for name, array in (("a", a), ("b", b), ("out", out)):
-        if array.size and _address(array) % 16:
+        if array.size and data_address(array) % 16:
             raise ValueError(f"vector_add_float4: `{name}` does not start on a 16-byte boundary (a slice "
                              "that starts mid-way?), so it cannot be read 16 bytes at a time")
     if a.size:

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from kernels.hardware import _address, load_float4
+from kernels.hardware import data_address, load_float4
 from kernels.intro import blocks_for, resident_blocks
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.exercises import EXERCISES, Tolerance
@@ -432,7 +432,7 @@ def grid_stride_float4(x, out):
     """Rung 6b: zero out[0], then reduce_grid_stride_float4 with one wave of blocks. A view that does not
     start on a 16-byte boundary cannot be read as float4: it goes to rung 6a instead."""
     n = _checked(x, out, "grid_stride_float4")
-    if n and _address(x) % 16:
+    if n and data_address(x) % 16:
         grid_stride_ilp(x, out)
         return
     store_identity[1, 1](out, float32(0))

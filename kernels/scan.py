@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
 import lib
-from kernels.hardware import _address, load_float4, store_float4
+from kernels.hardware import data_address, load_float4, store_float4
 
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.exercises import EXERCISES
@@ -38,6 +38,7 @@ ITEMS_PER_THREAD = 16
 # its 32 floats as eight 16-byte loads and stores: 256 × 32 = 8192 floats (32 KiB) per tile.
 PACKED_THREADS = 256
 PACKED_ITEMS = 32
+SIM_PACKED_TILE = (32, 8)  # the simulator's packed tile: 256 floats, so a thousand span several tiles
 VECTOR = 4       # floats per 16-byte load
 
 # Status of a tile in the single-pass scan (one int32 per tile, zeroed before each launch).
@@ -390,9 +391,11 @@ def single_pass_kernel(threads=SINGLE_PASS_THREADS, items=ITEMS_PER_THREAD):
 
 @cuda.jit
 def reset_look_back(tile_counter, status):
-    """tile_counter[0] = 0 and status[:] = EMPTY before a single-pass launch.
+    """tile_counter[0] = 0 and status[:] = EMPTY before a single-pass launch. Serves both kernels: an
+    int32 status array, or the packed kernel's uint64 words, where 0 is pack(EMPTY, 0.0).
 
-    Memory: 4 bytes per tile written (16 KiB of status per 2^24 elements), coalesced.
+    Memory: 4 bytes per tile written (16 KiB of status per 2^24 elements; 8 bytes a packed word),
+    coalesced.
     Launch: 1-D, THREADS threads, ceil(tiles / THREADS) blocks.
     """
     i = cuda.grid(1)
@@ -571,19 +574,6 @@ def single_pass_packed_kernel(threads=PACKED_THREADS, items=PACKED_ITEMS):
     return scan_single_pass_packed
 
 
-@cuda.jit
-def reset_packed(tile_counter, state):
-    """tile_counter[0] = 0 and state[:] = 0 (EMPTY, value 0) before a packed single-pass launch.
-
-    Memory: 8 bytes per tile written, coalesced. Launch: 1-D, THREADS threads, ceil(tiles / THREADS) blocks.
-    """
-    i = cuda.grid(1)
-    if i == 0:
-        tile_counter[0] = 0
-    if i < state.size:
-        state[i] = 0
-
-
 def scan_single_pass_packed(x, out, threads=PACKED_THREADS, items=PACKED_ITEMS):
     """out = inclusive scan of x: the tuned single pass. Arrays that are not 16-byte aligned (a view that
     starts mid-vector) cannot be read as float4, and go to scan_single_pass instead."""
@@ -594,7 +584,7 @@ def scan_single_pass_packed(x, out, threads=PACKED_THREADS, items=PACKED_ITEMS):
                          f"positive multiple of 4, got threads={threads}, items={items}")
     if not x.size:
         return
-    if _address(x) % 16 or _address(out) % 16:
+    if data_address(x) % 16 or data_address(out) % 16:
         scan_single_pass(x, out)
         return
     tiles = math.ceil(x.size / (threads * items))
@@ -602,7 +592,7 @@ def scan_single_pass_packed(x, out, threads=PACKED_THREADS, items=PACKED_ITEMS):
         raise ValueError(f"scan_single_pass_packed: {x.size} elements need {tiles} tiles, more than int32 counts")
     counter = _scratch("tile_counter", 1, "int32")
     state = _scratch("state", tiles, "uint64")
-    reset_packed[math.ceil(tiles / THREADS), THREADS](counter, state)
+    reset_look_back[math.ceil(tiles / THREADS), THREADS](counter, state)
     single_pass_packed_kernel(threads, items)[tiles, threads](x, out, counter, state)
 
 
@@ -626,8 +616,8 @@ def scan_exclusive(x, out):
     require(out, "out", shape=x.shape, where="scan_exclusive")
     if x.size:
         inclusive = _scratch("inclusive", x.size, "float32")
-        scan_single_pass_packed(x, inclusive, *SIM_PACKED_TILE) if lib.SIMULATOR else \
-            scan_single_pass_packed(x, inclusive)
+        tile = lib.pick(sim=SIM_PACKED_TILE, gpu=(PACKED_THREADS, PACKED_ITEMS))
+        scan_single_pass_packed(x, inclusive, *tile)
         shift_right[math.ceil(x.size / THREADS), THREADS](inclusive, out)
 
 
@@ -692,8 +682,6 @@ def _small_tile_single_pass(x, out):
     still span many tiles (the GPU's 4096-float tiles would make one or two)."""
     scan_single_pass(x, out, threads=64, items=2)
 
-
-SIM_PACKED_TILE = (32, 8)  # the simulator's packed tile: 256 floats, so a thousand span several tiles
 
 
 def _small_tile_packed(x, out):
