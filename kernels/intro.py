@@ -6,6 +6,7 @@ from numba import cuda
 from lib.bench import Baseline, Ladder, Rung, torch_copy
 from lib.validate import require
 
+CHAPTER = "intro"
 THREADS = 256  # threads per block: a multiple of the 32-thread warp; 256 keeps 8 blocks resident per SM
 
 
@@ -118,3 +119,70 @@ LADDERS = [
         baselines=[Baseline("torch.add", _torch_add, "torch.add(a, b, out=out)")],
     ),
 ]
+
+
+# --- what a launch costs, and what the timer measures ---------------------------------------------------
+@cuda.jit
+def empty_kernel(x):
+    """Does nothing: launching it costs what any launch costs, and no more.
+
+    Memory: none. Launch: any shape.
+    """
+    pass
+
+
+def launch_costs(n: int = N, reps: int = 200) -> list[dict]:
+    """For an empty launch, the book's two copy launchers and torch's copy at n floats: the host's time to
+    enqueue one call (median, µs, the GPU idle before each), and the median GPU time of one call measured
+    by a plain pair of CUDA events and by lib.timing's held stream. Each copy is checked first."""
+    import time
+
+    import torch
+
+    from lib.timing import time_cuda
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    d_x, d_y = cuda.to_device(x), cuda.device_array(n, dtype=np.float32)
+    t_x, t_y = torch.as_tensor(d_x, device="cuda"), torch.as_tensor(d_y, device="cuda")
+    calls = [("empty_kernel[1, 32](x)", lambda: empty_kernel[1, 32](d_x), None),
+             ("copy(x, y): copy_kernel", lambda: copy(d_x, d_y), lambda: d_y.copy_to_host()),
+             ("copy_grid_stride(x, y)", lambda: copy_grid_stride(d_x, d_y), lambda: d_y.copy_to_host()),
+             ("torch: y.copy_(x)", lambda: t_y.copy_(t_x), lambda: t_y.cpu().numpy())]
+    rows = []
+    for name, call, result in calls:
+        if result is not None:
+            d_y.copy_to_device(np.full(n, np.nan, dtype=np.float32))
+            call()
+            cuda.synchronize()
+            if not np.array_equal(result(), x):
+                raise AssertionError(f"launch_costs: {name} did not copy x exactly; nothing timed")
+        for _ in range(3):
+            call()
+        cuda.synchronize()
+        host = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            call()
+            host.append((time.perf_counter() - t0) * 1e6)
+            cuda.synchronize()
+        plain = time_cuda(call, hold=False, reps=reps)
+        held = time_cuda(call, reps=reps)
+        rows.append({"call": name, "n": n if result is not None else 0, "host_us": float(np.median(host)),
+                     "event_pair_us": plain.median_ms * 1e3, "held_us": held.median_ms * 1e3,
+                     "held": held.timer == "held", "reps": reps})
+    return rows
+
+
+def record_extra(folder):
+    """Write intro.launch.csv: launch_costs() on this GPU, with the device, versions and date."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from lib.results import environment
+
+    env = environment()
+    path = Path(folder) / f"{CHAPTER}.launch.csv"
+    pd.DataFrame([{**row, **env} for row in launch_costs()]).to_csv(path, index=False, float_format="%.6g")
+    return [path]

@@ -16,7 +16,10 @@ from . import DATA
 
 RESULTS = DATA / "results"
 COLUMNS = ["chapter", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", "reps", "value", "unit",
-           "bytes", "flops", "device", "numba_cuda", "torch", "date"]
+           "bytes", "flops", "device", "numba_cuda", "torch", "date", "timer"]
+# "timer": how the row was timed (lib.timing): "held" = the GPU's time for the work, the stream held while
+# the host enqueued it; "events" = a plain pair of CUDA events, the host's launch cost included. Rows
+# recorded before the column existed were timed the second way.
 
 
 def environment() -> dict:
@@ -37,7 +40,8 @@ def make_row(chapter: str, kernel: str, size: str, dtype: str, timing, unit: str
     """A result row from a :class:`lib.timing.Timing`; `size` is a label such as '268435456' or '4096x4096'."""
     return {"chapter": chapter, "kernel": kernel, "size": str(size), "dtype": dtype,
             "median_ms": timing.median_ms, "q1_ms": timing.q1_ms, "q3_ms": timing.q3_ms, "reps": timing.reps,
-            "value": timing.value(unit), "unit": unit, "bytes": timing.bytes, "flops": timing.flops, **env}
+            "value": timing.value(unit), "unit": unit, "bytes": timing.bytes, "flops": timing.flops, **env,
+            "timer": timing.timer}
 
 
 def _sample_key(row: dict) -> str:
@@ -71,6 +75,8 @@ def load(chapter: str, folder: Path = RESULTS):
     if not path.exists():
         return pd.DataFrame(columns=COLUMNS)
     df = pd.read_csv(path, dtype={"size": str, "torch": str, "numba_cuda": str})
+    if "timer" not in df.columns:
+        df["timer"] = "events"  # recorded before lib.timing held the stream
     missing = set(COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"{path} lacks the columns {sorted(missing)}")
@@ -83,6 +89,17 @@ def load_samples(chapter: str, folder: Path = RESULTS) -> dict[str, np.ndarray]:
         return {}
     with open(path) as f:
         return {k: np.array(v) for k, v in json.load(f).items()}
+
+
+def timer_note(df) -> str:
+    """How a table's rows were timed, in words (the `timer` column; see lib.timing)."""
+    plain = sorted(set(df.loc[df["timer"] != "held", "kernel"]))
+    if not plain:
+        return "times are the GPU's work per call (stream held while the host enqueued it)"
+    if len(plain) == len(set(df["kernel"])):
+        return "times are plain CUDA event pairs (host launch cost included)"
+    return ("times are the GPU's work per call (stream held), except plain event pairs for "
+            + ", ".join(plain))
 
 
 def _label(df) -> str:
@@ -161,6 +178,6 @@ def show(chapter: str, live: list[dict] | None = None, baseline: str | None = No
         print(f"nothing recorded for {chapter!r} yet: `make record` on a GPU writes data/results/{chapter}.csv")
         return
     if len(recorded):
-        print(f"recorded on {_label(recorded)} by `make record`")
+        print(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}")
     display(table(chapter, live, baseline).style.format(precision=4, na_rep="", thousands=","))
     plot(chapter, live, size=size)

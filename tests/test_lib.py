@@ -48,6 +48,88 @@ def test_timer_refuses_on_the_simulator():
         time_cuda(lambda: None, bytes=1)
 
 
+class _FakeCuda:
+    """Just enough of numba.cuda for lib.timing._Held: events whose elapsed time is 1 ms, a log of calls."""
+
+    def __init__(self):
+        self.log = []
+
+    def event(self):
+        log = self.log
+
+        class Event:
+            def record(self):
+                log.append("record")
+
+            def synchronize(self):
+                log.append("sync")
+        return Event()
+
+    def event_elapsed_time(self, start, stop):
+        return 1.0
+
+    def synchronize(self):
+        self.log.append("device sync")
+
+
+class _FakeHold:
+    def __init__(self):
+        self.holds = []
+
+    def __getitem__(self, config):
+        return lambda ns: self.holds.append(int(ns))
+
+
+def _held_with(monkeypatch, fn, start_ns, max_ns):
+    from lib import timing
+
+    hold = _FakeHold()
+    monkeypatch.setattr(timing, "_hold_kernel", lambda: hold)
+    monkeypatch.setattr(timing, "HOLD_START_NS", start_ns)
+    monkeypatch.setattr(timing, "HOLD_MAX_NS", max_ns)
+    sample = timing._Held(_FakeCuda(), fn)
+    return sample, hold
+
+
+def test_held_sample_grows_the_hold_until_the_host_fits_inside(monkeypatch):
+    import time
+
+    sample, hold = _held_with(monkeypatch, lambda: time.sleep(0.003), start_ns=1_000_000, max_ns=64_000_000)
+    assert sample() == 1.0 and sample.held
+    timed = hold.holds[1:]   # the first launch (0 ns) only compiles the kernel
+    # 1 ms and 2 ms are shorter than the 3 ms the host spends enqueuing: doubled until 4 ms covers it
+    assert timed[:3] == [1_000_000, 2_000_000, 4_000_000] and sample.ns >= 4_000_000
+    assert sample() == 1.0 and hold.holds[-1] == sample.ns  # later samples start from the grown hold
+
+
+def test_held_sample_gives_up_on_a_call_that_waits_for_the_gpu(monkeypatch):
+    import time
+
+    # a call that takes longer on the host than the largest hold (here 4 ms) can never be held: it is then
+    # timed by a plain event pair and says so, instead of passing for a held time
+    sample, hold = _held_with(monkeypatch, lambda: time.sleep(0.006), start_ns=1_000_000, max_ns=4_000_000)
+    assert sample() == 1.0 and not sample.held
+    assert hold.holds[1:] == [1_000_000, 2_000_000, 4_000_000]
+    n = len(hold.holds)
+    sample()
+    assert len(hold.holds) == n  # no more holds once given up
+
+
+@pytest.mark.skipif(not lib.ON_GPU, reason="needs a CUDA GPU")
+def test_held_timer_on_a_gpu_removes_the_launch_cost():
+    from numba import cuda
+
+    from kernels.intro import empty_kernel
+
+    x = cuda.device_array(1, dtype=np.float32)
+    plain = time_cuda(lambda: empty_kernel[1, 32](x), hold=False, reps=50)
+    held = time_cuda(lambda: empty_kernel[1, 32](x), reps=50)
+    assert held.timer == "held" and plain.timer == "events"
+    assert held.median_ms < plain.median_ms  # an empty kernel: the plain pair is mostly the host's launch
+    waits = time_cuda(lambda: (empty_kernel[1, 32](x), cuda.synchronize()), reps=3)
+    assert waits.timer == "events"
+
+
 # --- specs ----------------------------------------------------------------------------------------
 FP32_LANES_PER_SM = {"Hopper": 128, "Ada Lovelace": 128, "Ampere": 64, "Turing": 64}
 
@@ -95,6 +177,23 @@ def test_results_round_trip(tmp_path):
         pytest.approx(list(t2.samples_ms))
     table = results.table("demo", baseline="torch.copy", folder=tmp_path)
     assert table["% of torch.copy"].tolist() == pytest.approx([100.0, 50.0])
+
+
+def test_results_say_how_each_row_was_timed(tmp_path):
+    (r1, _), (r2, _) = _row("torch.copy", 1.0), _row("copy_kernel", 2.0)
+    assert r1["timer"] == "held"
+    r2["timer"] = "events"
+    results.write("demo", [r1, r2], {"torch.copy|1024|float32": [1.0], "copy_kernel|1024|float32": [2.0]},
+                  folder=tmp_path)
+    df = results.load("demo", folder=tmp_path)
+    assert list(df["timer"]) == ["held", "events"]
+    assert "except plain event pairs for copy_kernel" in results.timer_note(df)
+    assert "stream held" in results.timer_note(df.iloc[:1])
+    # a file recorded before the column existed was timed by plain event pairs, and is read as such
+    old = tmp_path / "old.csv"
+    df.drop(columns="timer").to_csv(old, index=False)
+    assert set(results.load("old", folder=tmp_path)["timer"]) == {"events"}
+    assert "host launch cost included" in results.timer_note(results.load("old", folder=tmp_path))
 
 
 def test_results_refuse_rows_without_samples_or_of_another_chapter(tmp_path):

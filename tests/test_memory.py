@@ -136,12 +136,20 @@ def _transpose_check(launch, shape):
 
 
 @pytest.mark.parametrize("launch", [mem.transpose_naive, mem.transpose_tiled, mem.transpose_padded,
-                                    mem.transpose_swizzled, mem.transpose_batched])
+                                    mem.transpose_swizzled, mem.transpose_batched, mem.transpose_wide])
 def test_transposes_ragged(launch):
-    _transpose_check(launch, (37, 45))   # 2 x 2 tiles, both edges ragged
+    _transpose_check(launch, (37, 45))   # 2 x 2 tiles, both edges ragged (one ragged 64-tile)
 
 
-@pytest.mark.parametrize("launch", [mem.transpose_tiled, mem.transpose_swizzled, mem.transpose_batched])
+def test_wide_transpose_interior_and_edge_tiles():
+    # 2 x 3 tiles of 64: the first tile of the first row lies wholly inside (the unchecked path), the
+    # others are cut by the bottom or right edge (the checked path); non-square and both sides ragged.
+    _transpose_check(mem.transpose_wide, (100, 130))
+    _transpose_check(mem.transpose_wide, (64, 64))  # exactly one interior tile, no edge
+
+
+@pytest.mark.parametrize("launch", [mem.transpose_tiled, mem.transpose_swizzled, mem.transpose_batched,
+                                    mem.transpose_wide])
 def test_transposes_single_row_and_element(launch):
     _transpose_check(launch, (1, 40))
     _transpose_check(launch, (1, 1))
