@@ -330,7 +330,8 @@ def demo_in_subprocess(timeout: float = 300) -> str:
                           timeout=timeout, cwd=str(_repo_root()))
     if done.returncode:
         raise TracerUnavailable(f"the tracer's simulator process failed:\n{done.stderr[-2000:]}")
-    return done.stdout
+    text = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("lib: "))
+    return "(traced on numba's CUDA simulator, in a separate process)\n" + text.lstrip("\n")
 
 
 def _repo_root():
