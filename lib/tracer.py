@@ -293,34 +293,47 @@ def trace(kernel, griddim, blockdim, *args) -> Trace:
 
 
 # --- the book's demo: the memory chapter's access patterns -------------------------------------------------
-def demo() -> list[tuple[str, object]]:
-    """(title, summary) for the memory chapter's examples: strided copies and the three tiled transposes."""
+def demo():
+    """The memory chapter's examples, traced: (copies, transposes) as two small tables. copies: the global
+    requests of copy_strided_kernel at three strides/offsets; transposes: the shared-memory requests of the
+    three tiled transposes on one 32 x 32 tile, with their global requests' sectors beside them."""
+    import pandas as pd
     from numba import cuda
 
     from kernels import memory as mem
 
     rng = np.random.default_rng(0)
-    out = []
     n = 256
     src = cuda.to_device(rng.standard_normal(n * 8 + 1, dtype=np.float32))
     dst = cuda.device_array(n, dtype=np.float32)
+    copies = []
     for stride, offset in ((1, 0), (1, 1), (8, 0)):
-        t = trace(mem.copy_strided_kernel, 1, mem.THREADS, src, dst, stride, offset)
-        out.append((f"copy_strided_kernel, stride {stride}, offset {offset} ({n} threads)", t.summary()))
+        summary = trace(mem.copy_strided_kernel, 1, mem.THREADS, src, dst, stride, offset).summary()
+        for row in summary.to_dict("records"):
+            copies.append({"stride": stride, "offset": offset, "array": row["array"], "op": row["op"],
+                           "requests": row["requests"], "sectors": row["sectors"], "ideal": row["ideal sectors"],
+                           "used / moved": row["used / moved"]})
     a = cuda.to_device(rng.standard_normal((mem.TILE, mem.TILE), dtype=np.float32))
     at = cuda.device_array((mem.TILE, mem.TILE), dtype=np.float32)
+    transposes = []
     for kernel in (mem.transpose_tiled_kernel, mem.transpose_padded_kernel, mem.transpose_swizzled_kernel):
-        t = trace(kernel, (1, 1), (mem.TILE, mem.BLOCK_ROWS), a, at)
-        out.append((f"{kernel.__name__}, one 32 x 32 tile", t.summary()))
-    return out
+        summary = trace(kernel, (1, 1), (mem.TILE, mem.BLOCK_ROWS), a, at).summary()
+        glob = summary[summary["space"] == "global"]
+        for row in summary[summary["space"] == "shared"].to_dict("records"):
+            side = 0 if row["op"] == "store" else 1  # tile[...] = a[...] stores; out[...] = tile[...] loads
+            transposes.append({"kernel": kernel.__name__, "shared access": row["source"].split(" = ")[side],
+                               "op": row["op"], "requests": row["requests"], "wavefronts": row["wavefronts"],
+                               "worst n-way": row["worst n-way"], "global sectors": glob["sectors"].mean()})
+    return pd.DataFrame(copies), pd.DataFrame(transposes)
 
 
 def demo_text() -> str:
     import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
-        return "\n\n".join(f"{title}\n{summary.drop(columns='space').round(2).to_string(index=False, na_rep='')}"
-                             for title, summary in demo())
+    copies, transposes = demo()
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        return (f"copy_strided_kernel, one block of {256} threads\n{copies.round(2).to_string(index=False)}\n\n"
+                f"tiled transposes, one 32 x 32 tile\n{transposes.round(2).to_string(index=False)}")
 
 
 def demo_in_subprocess(timeout: float = 300) -> str:

@@ -121,6 +121,21 @@ def test_trace_in_a_gpu_process_says_how_to_trace():
 
 def test_demo_runs_in_a_simulator_subprocess():
     text = tracer.demo_in_subprocess()
-    assert "transpose_tiled_kernel" in text and "transpose_padded_kernel" in text
-    tiled = text[text.index("transpose_tiled_kernel"):text.index("transpose_padded_kernel")]
-    assert "32.0" in tiled  # the tiled transpose's 32-way conflict, computed in a separate simulator process
+    rows = [line.split() for line in text.splitlines()]
+    tiled_load = [r for r in rows if r[:1] == ["transpose_tiled_kernel"] and "load" in r]
+    padded_load = [r for r in rows if r[:1] == ["transpose_padded_kernel"] and "load" in r]
+    # the tiled transpose's 32-way conflict and the padded one's none, computed in a separate simulator process
+    assert tiled_load and tiled_load[0][-3:-1] == ["32.0", "32.0"]
+    assert padded_load and padded_load[0][-3:-1] == ["1.0", "1.0"]
+    stride8 = [r for r in rows if r[:4] == ["8", "0", "src", "load"]]
+    assert stride8 and stride8[0][5] == "32.0"
+
+
+@on_simulator
+def test_demo_tables():
+    copies, transposes = tracer.demo()
+    loads = copies[copies["op"] == "load"].set_index("stride")
+    assert list(copies.columns) == ["stride", "offset", "array", "op", "requests", "sectors", "ideal", "used / moved"]
+    assert loads.loc[8, "sectors"] == 32 and loads.loc[8, "used / moved"] == pytest.approx(0.125)
+    worst = transposes.set_index(["kernel", "op"])["worst n-way"]
+    assert worst[("transpose_tiled_kernel", "load")] == 32 and worst[("transpose_swizzled_kernel", "load")] == 1
