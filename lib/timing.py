@@ -19,6 +19,7 @@ refuses: a simulated kernel's time says nothing about a GPU.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -165,15 +166,20 @@ class _Held:
     def __init__(self, cuda, fn):
         self.cuda, self.fn, self.ns, self.held = cuda, fn, HOLD_START_NS, True
         self.kernel = _hold_kernel()
-        self.kernel[1, 1](np.uint64(0))  # compile it now, not inside the first timed repetition
+        self._launch(0)  # compile it now, not inside the first timed repetition
         cuda.synchronize()
+
+    def _launch(self, ns):
+        with warnings.catch_warnings():  # one thread on purpose: no "low occupancy" warning for the reader
+            warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
+            self.kernel[1, 1](np.uint64(ns))
 
     def __call__(self) -> float:
         cuda = self.cuda
         while self.held:
             start, stop = cuda.event(), cuda.event()
             t0 = time.perf_counter()
-            self.kernel[1, 1](np.uint64(self.ns))
+            self._launch(self.ns)
             start.record()
             self.fn()
             stop.record()

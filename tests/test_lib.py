@@ -77,7 +77,13 @@ class _FakeHold:
         self.holds = []
 
     def __getitem__(self, config):
-        return lambda ns: self.holds.append(int(ns))
+        def launch(ns):
+            import warnings
+            # what numba-cuda says of every one-block launch; the hold is one thread on purpose
+            warnings.warn(UserWarning("\x1b[1mGrid size 1 will likely result in GPU under-utilization due to "
+                                      "low occupancy.\x1b[0m"))
+            self.holds.append(int(ns))
+        return launch
 
 
 def _held_with(monkeypatch, fn, start_ns, max_ns):
@@ -94,8 +100,14 @@ def _held_with(monkeypatch, fn, start_ns, max_ns):
 def test_held_sample_grows_the_hold_until_the_host_fits_inside(monkeypatch):
     import time
 
-    sample, hold = _held_with(monkeypatch, lambda: time.sleep(0.003), start_ns=1_000_000, max_ns=64_000_000)
-    assert sample() == 1.0 and sample.held
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sample, hold = _held_with(monkeypatch, lambda: time.sleep(0.003), start_ns=1_000_000,
+                                  max_ns=64_000_000)
+        assert sample() == 1.0 and sample.held
+    assert not caught  # the hold's own launches never warn the reader
     timed = hold.holds[1:]   # the first launch (0 ns) only compiles the kernel
     # 1 ms and 2 ms are shorter than the 3 ms the host spends enqueuing: doubled until 4 ms covers it
     assert timed[:3] == [1_000_000, 2_000_000, 4_000_000] and sample.ns >= 4_000_000
