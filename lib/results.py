@@ -20,6 +20,7 @@ COLUMNS = ["chapter", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", 
 # "timer": how the row was timed (lib.timing): "held" = the GPU's time for the work, the stream held while
 # the host enqueued it; "events" = a plain pair of CUDA events, the host's launch cost included. Rows
 # recorded before the column existed were timed the second way.
+LEGACY_DEFAULTS = {"timer": "events"}  # columns added after rows were first recorded, and what old rows mean
 
 
 def environment() -> dict:
@@ -75,8 +76,9 @@ def load(chapter: str, folder: Path = RESULTS):
     if not path.exists():
         return pd.DataFrame(columns=COLUMNS)
     df = pd.read_csv(path, dtype={"size": str, "torch": str, "numba_cuda": str})
-    if "timer" not in df.columns:
-        df["timer"] = "events"  # recorded before lib.timing held the stream
+    for column, value in LEGACY_DEFAULTS.items():
+        if column not in df.columns:
+            df[column] = value
     missing = set(COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"{path} lacks the columns {sorted(missing)}")

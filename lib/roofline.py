@@ -91,7 +91,7 @@ def recorded_points(folder: Path | None = None) -> tuple[list[dict], int]:
     points and how many rows could not be placed (no FLOP count recorded, e.g. a copy)."""
     import pandas as pd
 
-    from .results import COLUMNS, RESULTS
+    from .results import COLUMNS, LEGACY_DEFAULTS, RESULTS
 
     folder = RESULTS if folder is None else Path(folder)
     points, unplaced = [], 0
@@ -100,7 +100,7 @@ def recorded_points(folder: Path | None = None) -> tuple[list[dict], int]:
             df = pd.read_csv(path, comment="#")
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
             continue
-        if not set(COLUMNS) - {"timer"} <= set(df.columns):
+        if not set(COLUMNS) - set(LEGACY_DEFAULTS) <= set(df.columns):
             continue  # not a ladder's results file (an autotune sweep, a latency table ...)
         for row in df.itertuples(index=False):
             flops, nbytes, ms = row.flops, row.bytes, row.median_ms

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import ROOT
 from .widgets.bank_conflicts import conflict_report
 
 SECTOR_BYTES = 32
@@ -303,7 +304,7 @@ def demo():
     from kernels import memory as mem
 
     rng = np.random.default_rng(0)
-    n = 256
+    n = mem.THREADS  # one block
     src = cuda.to_device(rng.standard_normal(n * 8 + 1, dtype=np.float32))
     dst = cuda.device_array(n, dtype=np.float32)
     copies = []
@@ -330,9 +331,11 @@ def demo():
 def demo_text() -> str:
     import pandas as pd
 
+    from kernels.memory import THREADS
+
     copies, transposes = demo()
     with pd.option_context("display.width", 160, "display.max_columns", 20):
-        return (f"copy_strided_kernel, one block of {256} threads\n{copies.round(2).to_string(index=False)}\n\n"
+        return (f"copy_strided_kernel, one block of {THREADS} threads\n{copies.round(2).to_string(index=False)}\n\n"
                 f"tiled transposes, one 32 x 32 tile\n{transposes.round(2).to_string(index=False)}")
 
 
@@ -340,16 +343,11 @@ def demo_in_subprocess(timeout: float = 300) -> str:
     """The demo's tables as text, computed in a simulator process (for a notebook that runs on a GPU)."""
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     done = subprocess.run([sys.executable, "-m", "lib.tracer"], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=str(_repo_root()))
+                          timeout=timeout, cwd=str(ROOT))
     if done.returncode:
         raise TracerUnavailable(f"the tracer's simulator process failed:\n{done.stderr[-2000:]}")
     text = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("lib: "))
     return "(traced on numba's CUDA simulator, in a separate process)\n" + text.lstrip("\n")
-
-
-def _repo_root():
-    from . import ROOT
-    return ROOT
 
 
 if __name__ == "__main__":

@@ -40,9 +40,11 @@ def test_flash_d128_ragged():
     assert_attention(run(A.flash_attention, q, k, v), q, k, v)
 
 
-def test_flash_causal():
-    q, k, v = inputs(1, 70, 64, seed=2)
-    got = run(A.flash_attention_causal, q, k, v)
+@pytest.mark.parametrize("launch, n, seed", [(A.flash_attention_causal, 70, 2),
+                                            (A.flash_attention_wide_causal, 130, 7)])
+def test_flash_causal(launch, n, seed):
+    q, k, v = inputs(1, n, 64, seed=seed)
+    got = run(launch, q, k, v)
     assert_attention(got, q, k, v, causal=True)
     assert np.allclose(got[0, 0], v[0, 0]), "query 0 sees only key 0"
     full = A.attention_reference(q, k, v)
@@ -60,12 +62,6 @@ def test_wide_kernel_ragged_multi_block_and_m_not_n():
     q, k, v = inputs(1, 40, 64, seed=6, m=3)
     assert_attention(run(A.flash_attention_wide, q, k, v), q, k, v)
 
-
-def test_wide_kernel_causal():
-    q, k, v = inputs(1, 130, 64, seed=7)
-    got = run(A.flash_attention_wide_causal, q, k, v)
-    assert_attention(got, q, k, v, causal=True)
-    assert np.allclose(got[0, 0], v[0, 0]), "query 0 sees only key 0"
 
 
 def test_wide_kernel_refuses_other_head_dims():
