@@ -8,6 +8,7 @@ check gets no time at all. Adding a rung = one :class:`Rung` in the list.
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -15,6 +16,8 @@ import numpy as np
 
 from .check import compare
 from .exercises import Tolerance
+
+PAGE_WIDTH = 78  # characters of monospace that fit the book's text column
 
 
 @dataclass(frozen=True)
@@ -145,12 +148,14 @@ def live(ladders, only: list[str] | None = None):
         checked = [r.name for r in ladder.rungs] + ([b.name for b in ladder.baselines] if lib.ON_GPU else [])
         checked = [n for n in checked if (only is None or n in only) and n not in failures]
         sizes = ladder.sim_sizes if lib.SIMULATOR else ladder.sizes
-        print(f"{ladder.topic}: {len(checked)} implementation(s) checked against float64 at size(s) "
-              f"{', '.join(ladder.size_label(s) for s in sizes)}"
-              + (": " + ", ".join(checked) if checked else "")
-              + ("" if lib.ON_GPU else " (simulator: checks only, no timings)"))
+        print(textwrap.fill(
+            f"{ladder.topic}: {len(checked)} checked against float64 at "
+            f"{', '.join(ladder.size_label(s) for s in sizes)}"
+            + ("" if lib.ON_GPU else " (simulator: no timings)") + (": " + ", ".join(checked) if checked else ""),
+            PAGE_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
         if failures:
-            print(f"  FAILED (not timed): {', '.join(failures)}")
+            print(textwrap.fill(f"FAILED (not timed): {', '.join(failures)}", PAGE_WIDTH,
+                                initial_indent="  ", subsequent_indent="    "))
     return rows
 
 

@@ -36,11 +36,19 @@ SASS_NOTES = [
     (r"\bFFMA\b", "fused multiply-add (FP32)"),
     (r"\bFADD\b", "float add (FP32)"),
     (r"\bISETP\b", "compare into a predicate"),
-    (r"\bIMAD\.WIDE\b", "address = base + 4·i (64-bit)"),
+    (r"\bIMAD\.WIDE\b", "i = blockIdx·blockDim + threadIdx, 64-bit"),
+    (r"\bSHF\.R\.S32\.HI\b.*0x1f", "sign bits: to 64 bits / is i < 0?"),
+    (r"\bLOP3\.LUT R\d+, R\d+(\.reuse)?, UR\d+, RZ, 0xc0", "wrap-around: length if i < 0, else 0"),
+    (r"\bLEA\.HI\.X\b.*UR\d+", "address, high 32 bits"),
+    (r"\bLEA\b.*UR\d+, 0x2", "address = base + 4·i, low 32 bits"),
+    (r"@!?P\d BRA\b", "lanes with this predicate jump"),
     (r"\bBSSY\b|\bBSYNC\b", "diverged lanes rejoin here"),
     (r"\bVOTEU?\.ANY\b", "activemask: vote of lanes present"),
     (r"\bEXIT\b", "thread done"),
 ]
+# The control flow of a kernel only: where lanes jump, vote, compute and finish.
+CONTROL_NOTES = [(pattern, note) for pattern, note in SASS_NOTES
+                 if any(op in pattern for op in ("BRA", "BSSY", "VOTE", "FFMA", "EXIT"))]
 
 
 def listing(kernel: str, kind: str, folder: Path = RESULTS) -> str | None:
@@ -49,29 +57,52 @@ def listing(kernel: str, kind: str, folder: Path = RESULTS) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 48) -> str:
+def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 40) -> str:
     """The listing's first line (where it was recorded), then only the lines a note matches, each followed by
-    its note; at most `limit` lines. Long operands are shortened to `width` characters."""
+    its note; at most `limit` lines. Long operands are shortened to `width` characters. A run of consecutive
+    matched lines with the same note shows its first two lines and then one line counting the rest, so a chain
+    of 100 FFMAs takes three lines."""
     lines = text.splitlines()
-    out = [lines[0]] if lines else []
+    entries: list[list] = []  # [code, note, lines in the run]
     for line in lines[1:]:
+        note = next((note for pattern, note in notes if re.search(pattern, line)), None)
+        if note is None:
+            continue
+        if entries and entries[-1][1] == note and entries[-1][2] >= 2 and (len(entries) < 2 or entries[-2][1] == note):
+            entries[-1][2] += 1
+            continue
         code = re.sub(r"/\*[0-9a-f]{4}\*/", "", line).split(";")[0].strip() + (";" if ";" in line else "")
         code = re.sub(r"_ZN\w{40,}", "<mangled kernel name>", code)
-        for pattern, note in notes:
-            if re.search(pattern, line):
-                shown = code if len(code) <= width else code[: width - 1] + "…"
-                out.append(f"{shown:<{width}}  ◀ {note}")
-                break
+        entries.append([code if len(code) <= width else code[: width - 1] + "…", note, 1])
+        if len(entries) >= 2 and entries[-2][1] == note:
+            entries[-1][2] = 2
+    out = [lines[0]] if lines else []
+    for code, note, count in entries:
+        if count > 2:
+            out.append(f"{'':<{width}}  ◀ … and {count - 2} more: {note}")
+        out.insert(len(out) - (count > 2), f"{code:<{width}}  ◀ {note}")
         if len(out) > limit:
             out.append("…")
             break
     return "\n".join(out)
 
 
-def show(kernel: str, kind: str, folder: Path = RESULTS, limit: int = 40) -> None:
-    """Print a recorded listing's annotated lines, or say how to record it."""
+def count(kernel: str, opcode: str, folder: Path = RESULTS) -> int | None:
+    """How many instructions of the recorded SASS of `kernel` have the opcode `opcode` (a whole word, so
+    "BRA" does not count "BRX"); None if the listing has not been recorded."""
+    text = listing(kernel, "sass", folder)
+    if text is None:
+        return None
+    return len(re.findall(rf"/\*[0-9a-f]{{4}}\*/\s+(?:@!?U?P\w+\s+)?{re.escape(opcode)}\b", text))
+
+
+def show(kernel: str, kind: str, folder: Path = RESULTS, limit: int = 40,
+         notes: list[tuple[str, str]] | None = None) -> None:
+    """Print a recorded listing's annotated lines (`notes`: which lines, each with its note; by default every
+    line the kind's notes know), or say how to record it."""
     text = listing(kernel, kind, folder)
     if text is None:
         print(f"not recorded yet: `make record` on a GPU writes\ndata/results/hardware.{kernel}.{kind}")
         return
-    print(annotate(text, PTX_NOTES if kind == "ptx" else SASS_NOTES, limit=limit))
+    default = PTX_NOTES if kind == "ptx" else SASS_NOTES
+    print(annotate(text, default if notes is None else notes, limit=limit))

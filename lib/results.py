@@ -137,6 +137,35 @@ def table(chapter: str, live: list[dict] | None = None, baseline: str | None = N
     return out
 
 
+def compact(df):
+    """A `table` narrowed to fit the page's text column: the kernel (its `_kernel` suffix dropped), the size
+    (only if there is more than one), the median time, the value with its unit in the header, the baseline
+    percentage if any, and the source only when a reader's live rows stand beside the recorded ones (device
+    and date go in the lines above the table: see `caption`)."""
+    import pandas as pd
+
+    if not len(df):
+        return df
+    unit = df["unit"].iloc[0] if df["unit"].nunique() == 1 else "value"
+    out = pd.DataFrame({"kernel": df["kernel"].str.replace("_kernel", "", regex=False)})
+    if df["source"].nunique() > 1:
+        out.insert(0, "source", df["source"])
+    if df["size"].nunique() > 1:
+        out["size"] = df["size"]
+    out["ms"] = df["median_ms"]
+    out[unit] = df["value"]
+    for column in [c for c in df.columns if c.startswith("% of ")]:
+        out[column.replace("% of ", "% ")] = df[column]
+    return out.reset_index(drop=True)
+
+
+def caption(recorded) -> str:
+    """Where and how a chapter's recorded rows (`load(chapter)`) were timed, in lines that fit the page."""
+    import textwrap
+
+    return textwrap.fill(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}", 78)
+
+
 def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, ax=None,
          folder: Path = RESULTS, title: str | None = None):
     """A horizontal bar per kernel at one size (the largest recorded if not given), recorded and live side
@@ -180,6 +209,6 @@ def show(chapter: str, live: list[dict] | None = None, baseline: str | None = No
         print(f"nothing recorded for {chapter!r} yet: `make record` on a GPU writes data/results/{chapter}.csv")
         return
     if len(recorded):
-        print(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}")
-    display(table(chapter, live, baseline).style.format(precision=4, na_rep="", thousands=","))
+        print(caption(recorded))
+    display(compact(table(chapter, live, baseline)).style.format(precision=3, na_rep="", thousands=",").hide(axis="index"))
     plot(chapter, live, size=size)

@@ -7,6 +7,9 @@ Python twin in lib computes — the widgets' maths runs in the page's JavaScript
 finds pages, previous/next links chain the chapters, each chapter offers its .ipynb and MyST source for
 download and a Colab link, pages are readable at a phone's width, and the widgets render in the dark theme.
 
+Nothing on a chapter page is clipped at a 1280 px window: no table or output block is wider than the article's
+text column or scrolls sideways inside it.
+
 Screenshots, one per chapter (light, full page), plus phone-width and dark-theme ones, are saved under
 <build>/_build/html/_screenshots/ (the book built once per session by the `book` fixture of conftest.py) and
 copied to the repository's _build/screenshots/.
@@ -22,6 +25,8 @@ import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import os
 
 import pytest
 import yaml
@@ -47,6 +52,14 @@ DOCS = toc_docs()
 
 
 # --- The browser and the server -------------------------------------------------------------------------
+
+if os.environ.get("BOOK_HTML"):
+    @pytest.fixture(scope="session")
+    def html() -> Path:
+        """BOOK_HTML=<folder>/_build/html: test a site already built (`make book BOOK_OUT=<folder>`) instead of
+        building it again, e.g. while editing one page's layout."""
+        return Path(os.environ["BOOK_HTML"]).resolve()
+
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
@@ -394,6 +407,38 @@ def test_downloaded_notebook_installs_the_book_on_colab(html, doc):
                    "pip install --quiet -r ../requirements.txt"):
         assert needed in first, f"{doc}: the first cell lacks {needed!r}:\n{first}"
     assert any(c["cell_type"] == "code" and c.get("outputs") for c in nb["cells"]), f"{doc}: no executed output"
+
+
+# Every table and output block of the article, with how far it sticks out of the text column or scrolls
+# sideways inside itself (the reader would have to scroll to read it). Widgets (anywidget's own layout) and
+# images (scaled by the theme) are left out.
+CLIPPED_JS = r"""() => {
+  const column = document.querySelector("article.bd-article").getBoundingClientRect();
+  const blocks = document.querySelectorAll(
+    "article.bd-article table, article.bd-article .cell_output pre, article.bd-article .cell_output .output");
+  const clipped = [];
+  for (const el of blocks) {
+    if (el.closest(".jupyter-widgets, .widget-subarea") || el.offsetParent === null) continue;
+    const box = el.getBoundingClientRect();
+    const inside = el.scrollWidth - el.clientWidth;
+    const beyond = Math.max(box.right - column.right, column.left - box.left);
+    if (inside > 1 || beyond > 1) {
+      const text = (el.innerText || "").trim().split("\n")[0].slice(0, 60);
+      clipped.push(`${el.tagName.toLowerCase()}.${[...el.classList].join(".")}: ` +
+                   `${Math.round(Math.max(inside, beyond))} px too wide ("${text}")`);
+    }
+  }
+  return clipped;
+}"""
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.startswith("chapters/")])
+def test_nothing_is_clipped_at_1280_px(visit, doc):
+    v = visit(f"{doc}.html")
+    assert v.page.evaluate("window.innerWidth") == DESKTOP["width"]
+    assert v.page.locator("article.bd-article").count() == 1, f"{doc}: no article column found"
+    clipped = v.page.evaluate(CLIPPED_JS)
+    assert not clipped, f"{doc}: {len(clipped)} blocks wider than the text column:\n" + "\n".join(clipped)
 
 
 @pytest.mark.parametrize("doc", DOCS)
