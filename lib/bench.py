@@ -17,7 +17,7 @@ import numpy as np
 from .check import compare
 from .exercises import Tolerance
 
-PAGE_WIDTH = 78  # characters of monospace that fit the book's text column
+PAGE_WIDTH = 76  # characters of monospace that fit the book's text column
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,10 @@ Listings are written on a GPU by ``kernels/hardware.py``'s ``record_extra`` into
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
+from .bench import PAGE_WIDTH
 from .results import RESULTS
 
 # (regular expression on one line, note); the first pattern that matches a line annotates it.
@@ -32,13 +34,13 @@ SASS_NOTES = [
     (r"\bSTG\.E\.128\b", "128-bit store"),
     (r"\bLDG\.E\b", "32-bit global load per lane"),
     (r"\bSTG\.E\b", "32-bit global store per lane"),
-    (r"\bSHFL\.DOWN\b", "shuffle: lane i gets lane i + offset"),
+    (r"\bSHFL\.DOWN\b", "shuffle: lane i gets i + offset"),
     (r"\bFFMA\b", "fused multiply-add (FP32)"),
     (r"\bFADD\b", "float add (FP32)"),
     (r"\bISETP\b", "compare into a predicate"),
-    (r"\bIMAD\.WIDE\b", "i = blockIdx·blockDim + threadIdx, 64-bit"),
+    (r"\bIMAD\.WIDE\b", "i = blockIdx·blockDim+threadIdx"),
     (r"\bSHF\.R\.S32\.HI\b.*0x1f", "sign bits: to 64 bits / is i < 0?"),
-    (r"\bLOP3\.LUT R\d+, R\d+(\.reuse)?, UR\d+, RZ, 0xc0", "wrap-around: length if i < 0, else 0"),
+    (r"\bLOP3\.LUT R\d+, R\d+(\.reuse)?, UR\d+, RZ, 0xc0", "wrap-around: i<0 ? length : 0"),
     (r"\bLEA\.HI\.X\b.*UR\d+", "address, high 32 bits"),
     (r"\bLEA\b.*UR\d+, 0x2", "address = base + 4·i, low 32 bits"),
     (r"@!?P\d BRA\b", "lanes with this predicate jump"),
@@ -57,7 +59,7 @@ def listing(kernel: str, kind: str, folder: Path = RESULTS) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 40) -> str:
+def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 38) -> str:
     """The listing's first line (where it was recorded), then only the lines a note matches, each followed by
     its note; at most `limit` lines. Long operands are shortened to `width` characters. A run of consecutive
     matched lines with the same note shows its first two lines and then one line counting the rest, so a chain
@@ -76,10 +78,10 @@ def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: in
         entries.append([code if len(code) <= width else code[: width - 1] + "…", note, 1])
         if len(entries) >= 2 and entries[-2][1] == note:
             entries[-1][2] = 2
-    out = [lines[0]] if lines else []
+    out = textwrap.wrap(lines[0], PAGE_WIDTH, subsequent_indent="//   ") if lines else []
     for code, note, count in entries:
         if count > 2:
-            out.append(f"{'':<{width}}  ◀ … and {count - 2} more: {note}")
+            out.append(f"{'':<{width}}  ◀ … and {count - 2} more of these")
         out.insert(len(out) - (count > 2), f"{code:<{width}}  ◀ {note}")
         if len(out) > limit:
             out.append("…")

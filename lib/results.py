@@ -163,7 +163,7 @@ def caption(recorded) -> str:
     """Where and how a chapter's recorded rows (`load(chapter)`) were timed, in lines that fit the page."""
     import textwrap
 
-    return textwrap.fill(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}", 78)
+    return textwrap.fill(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}", 76)
 
 
 def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, ax=None,
