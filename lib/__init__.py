@@ -12,6 +12,7 @@ On import it decides the mode, once per process:
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -61,6 +62,10 @@ if SIMULATOR:
     from . import simulator as _simulator
 
     _simulator.install()
+    if importlib.util.find_spec(f"{__name__}.simdebug") is not None:  # the simulator's debugger
+        from . import simdebug as _simdebug
+
+        _simdebug.install()
     DEVICE_NAME = "CUDA simulator"
 else:
     try:
@@ -85,6 +90,10 @@ def banner() -> str:
 
 
 print(banner())
+
+from . import launches as _launches  # noqa: E402
+
+_launches.install()
 
 from .grader import grade, stub  # noqa: E402  (the call every exercise cell uses)
 
