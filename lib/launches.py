@@ -43,6 +43,7 @@ class Launch:
     py_func: object = field(repr=False)  # the Python function the kernel was made from
     arg_types: tuple    # short numba-style type of each argument, e.g. ("float32[::1]", "int64")
     book: bool          # defined in the book's own kernels/ or lib/
+    kernel: object = field(default=None, repr=False, compare=False)  # the launched dispatcher object
 
     @property
     def threads(self) -> int:
@@ -120,7 +121,7 @@ def _origin(py_func) -> tuple[str | None, bool]:
     return file, book
 
 
-def make_launch(py_func, grid, block, shared_bytes, args, typeof=None) -> Launch:
+def make_launch(py_func, grid, block, shared_bytes, args, typeof=None, kernel=None) -> Launch:
     file, book = _origin(py_func)
     return Launch(
         name=getattr(py_func, "__name__", repr(py_func)),
@@ -133,6 +134,7 @@ def make_launch(py_func, grid, block, shared_bytes, args, typeof=None) -> Launch
         py_func=py_func,
         arg_types=_describe_args(args, typeof),
         book=book,
+        kernel=kernel,
     )
 
 
@@ -198,8 +200,8 @@ def add_listener(fn: Callable[[Launch, tuple], None]) -> _Handle:
     return _Handle(fn)
 
 
-def _announce(py_func, grid, block, shared_bytes, args, typeof=None):
-    launch = make_launch(py_func, grid, block, shared_bytes, args, typeof)
+def _announce(kernel, py_func, grid, block, shared_bytes, args, typeof=None):
+    launch = make_launch(py_func, grid, block, shared_bytes, args, typeof, kernel)
     me = threading.get_ident()
     for tid, launches in list(_recorders):
         if tid is None or tid == me:
@@ -220,7 +222,7 @@ def _install_simulator():
 
     def __call__(self, *args):
         if _active and not (self._device or simkernel._kernel_context):
-            _announce(self.fn, self.grid_dim, self.block_dim, self.dynshared_size, args)
+            _announce(self, self.fn, self.grid_dim, self.block_dim, self.dynshared_size, args)
         return original(self, *args)
 
     __call__.__wrapped__ = original
@@ -235,7 +237,7 @@ def _install_gpu():
     def __call__(self, *args):
         if _active:
             d = self.dispatcher
-            _announce(d.py_func, self.griddim, self.blockdim, self.sharedmem, args, d.typeof_pyval)
+            _announce(d, d.py_func, self.griddim, self.blockdim, self.sharedmem, args, d.typeof_pyval)
         return original(self, *args)
 
     __call__.__wrapped__ = original
