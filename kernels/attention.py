@@ -20,6 +20,7 @@ import lib
 from lib.bench import Baseline, Ladder, Rung
 from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance, spike_late_qkv
+from lib.quiet_launches import quiet, quiet_kernels
 from lib.validate import require
 from kernels.hardware import load_float4 as load_float4_1d
 from kernels.matmul import SMEM_ALIGN, load_float4
@@ -146,7 +147,7 @@ def make_batched_matmul_kernel(BM: int, BN: int, b_transposed: bool):
                 if row < m and col < n:
                     c[z, row, col] = alpha * acc[i, j]
 
-    _MATMUL_KERNELS[key] = (batched_matmul_kernel, THREADS)
+    _MATMUL_KERNELS[key] = (quiet(batched_matmul_kernel), THREADS)
     return _MATMUL_KERNELS[key]
 
 
@@ -363,7 +364,7 @@ def make_flash_attention_kernel(head_dim: int, causal: bool):
                     for e in range(4):
                         out[z, row, col + e] = o[r, 4 * ch + e] * inv
 
-    _FLASH_KERNELS[key] = flash_attention_kernel
+    _FLASH_KERNELS[key] = quiet(flash_attention_kernel)
     return flash_attention_kernel
 
 
@@ -523,7 +524,7 @@ def make_flash_wide_kernel(causal: bool):
                 for x in range(8):
                     out[z, row, 4 * lane + 32 * (x // 4) + x % 4] = o[r, x] * inv
 
-    _WIDE_KERNELS[causal] = flash_wide_kernel
+    _WIDE_KERNELS[causal] = quiet(flash_wide_kernel)
     return flash_wide_kernel
 
 
@@ -791,3 +792,8 @@ def record_extra(folder) -> list:
     path = Path(folder) / f"{CHAPTER}.kernels.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return [path]
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

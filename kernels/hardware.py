@@ -13,6 +13,7 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
+from lib.quiet_launches import quiet_kernels
 from lib.validate import require
 
 CHAPTER = "hardware"
@@ -364,3 +365,8 @@ def record_extra(folder: Path) -> list[Path]:
     pd.DataFrame(div_rows).to_csv(divergence, index=False, float_format="%.6g")
     written.append(divergence)
     return written
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

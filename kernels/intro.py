@@ -4,6 +4,7 @@ import numpy as np
 from numba import cuda
 
 from lib.bench import Baseline, Ladder, Rung, torch_copy
+from lib.quiet_launches import quiet_kernels
 from lib.validate import require
 
 CHAPTER = "intro"
@@ -186,3 +187,8 @@ def record_extra(folder):
     path = Path(folder) / f"{CHAPTER}.launch.csv"
     pd.DataFrame([{**row, **env} for row in launch_costs()]).to_csv(path, index=False, float_format="%.6g")
     return [path]
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

@@ -18,6 +18,7 @@ from numba import cuda, float32, float64
 
 from kernels.intro import blocks_for
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.quiet_launches import quiet_kernels
 from lib.validate import require
 from lib.widgets.bank_conflicts import conflict_report
 
@@ -661,3 +662,8 @@ def record_extra(folder: Path) -> list[Path]:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--ncu-workload"]:
     ncu_workload()
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

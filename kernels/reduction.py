@@ -20,6 +20,7 @@ from kernels.hardware import data_address, load_float4
 from kernels.intro import blocks_for, resident_blocks
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.exercises import EXERCISES, Tolerance
+from lib.quiet_launches import quiet_kernels
 from lib.validate import require
 
 CHAPTER = "reduction"
@@ -630,3 +631,8 @@ def record_extra(folder):
     path = Path(folder) / f"{CHAPTER}.determinism.json"
     path.write_text(json.dumps(record, indent=1))
     return [path]
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

@@ -16,6 +16,7 @@ from numba import cuda, float32
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance
+from lib.quiet_launches import quiet, quiet_kernels
 from lib.validate import require
 
 CHAPTER = "softmax"
@@ -262,7 +263,7 @@ def make_softmax_on_chip_kernel(items: int, fastmath: bool = False):
             if c < cols:
                 out[row, c] = vals[j] * scale
 
-    return softmax_on_chip_kernel
+    return quiet(softmax_on_chip_kernel)
 
 
 _ON_CHIP_KERNELS: dict = {}
@@ -502,3 +503,8 @@ def record_extra(folder) -> list:
 
     env = environment()
     return [record_exp_accuracy(folder, env), record_kernel_resources(folder, env)]
+
+
+# The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
+# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+quiet_kernels(globals())

@@ -1,0 +1,136 @@
+"""Helpers that shape what a reader sees on a chapter page, without building the book: numba's low-occupancy
+warning silenced for the book's own kernels only (lib/quiet_launches.py), recorded listings shortened to the
+page's width (lib/ptx.py), and result lines and tables narrowed to the text column (lib/results.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+from lib import ptx, results
+from lib.bench import PAGE_WIDTH
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# numba only warns about small grids with its real (GPU) dispatcher, which can configure a launch without a
+# GPU; the test process runs the simulator, so the check runs in a process of its own with the simulator off.
+# lib/quiet_launches.py is loaded from its file: `import lib` would switch the simulator on.
+WARNING_CHECK = textwrap.dedent("""
+    import importlib.util, json, sys, types, warnings
+    from numba import cuda
+
+    spec = importlib.util.spec_from_file_location("quiet_launches", sys.argv[1])
+    q = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(q)
+
+    @cuda.jit
+    def readers_kernel(x):          # defined in __main__: a kernel of the reader's own
+        x[0] = 1
+
+    book = types.ModuleType("kernels.demo")   # a module of the book, as kernels/*.py are
+    exec("from numba import cuda\\n@cuda.jit\\ndef book_kernel(x):\\n    x[0] = 2\\n", book.__dict__)
+    book.readers_kernel = readers_kernel      # imported into the module, not defined there
+    quieted = q.quiet_kernels(book.__dict__)
+
+    def caught(launch):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            launch()
+        return [(type(w.message).__name__, str(w.message), q.is_low_occupancy_warning(w.message))
+                for w in seen]
+
+    def inside_on_purpose():
+        with q.on_purpose():
+            readers_kernel[1, 32]
+            warnings.warn("another warning", UserWarning)
+
+    print(json.dumps({
+        "quieted": quieted,
+        "book small": caught(lambda: book.book_kernel[1, 32]),
+        "reader small": caught(lambda: readers_kernel[1, 32]),
+        "reader large": caught(lambda: readers_kernel[256, 32]),
+        "reader on purpose": caught(inside_on_purpose),
+        "quiet twice": q.quiet(q.quiet(book.book_kernel)) is book.book_kernel,
+    }))
+""")
+
+
+def test_low_occupancy_warning_is_silenced_for_book_kernels_only():
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", WARNING_CHECK, str(ROOT / "lib" / "quiet_launches.py")],
+                          capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["quieted"] == ["book_kernel"]
+    assert got["book small"] == []
+    # The reader's kernel gets numba's warning, exactly the one the filter is written for ...
+    assert len(got["reader small"]) == 1, got["reader small"]
+    name, message, matched = got["reader small"][0]
+    assert name == "NumbaPerformanceWarning" and "Grid size 1" in message and matched
+    # ... not when its grid is large, and inside on_purpose() only that warning is dropped.
+    assert got["reader large"] == []
+    assert got["reader on purpose"] == [["UserWarning", "another warning", False]]
+    assert got["quiet twice"] is True
+
+
+def test_quiet_kernels_needs_a_module_namespace():
+    from lib.quiet_launches import quiet_kernels
+
+    try:
+        quiet_kernels({"x": 1})
+    except ValueError as err:
+        assert "globals()" in str(err)
+    else:
+        raise AssertionError("quiet_kernels accepted a namespace with no __name__")
+
+
+def test_annotate_counts_a_run_of_the_same_note_on_one_line():
+    sass = "// recorded on a test GPU, with a stamp long enough to need wrapping onto a second line of the page\n" + \
+        "".join(f"        /*{16 * i:04x}*/                   FFMA R{i}, R1, R2, R{i} ;\n" for i in range(10)) + \
+        "        /*0100*/                   EXIT ;\n"
+    lines = ptx.annotate(sass, ptx.SASS_NOTES).splitlines()
+    assert all(len(line) <= PAGE_WIDTH for line in lines), lines
+    assert lines[0].startswith("// recorded on") and lines[1].startswith("//   ")
+    ffma = [line for line in lines if "FFMA" in line]
+    assert len(ffma) == 2, lines               # the first two of the run, then one counting line
+    assert any("and 8 more" in line for line in lines)
+    assert "thread done" in lines[-1]
+
+
+def test_count_finds_opcodes_with_and_without_a_predicate(tmp_path):
+    (tmp_path / "hardware.k.sass").write_text(
+        "// stamp\n"
+        "        /*0000*/                   BRA `(.L_x_0) ;\n"
+        "        /*0010*/              @!P0 BRA `(.L_x_1) ;\n"
+        "        /*0020*/                   BRX R2 ;\n"
+        "        /*0030*/                   EXIT ;\n")
+    assert ptx.count("k", "BRA", folder=tmp_path) == 2
+    assert ptx.count("k", "EXIT", folder=tmp_path) == 1
+    assert ptx.count("k", "BSSY", folder=tmp_path) == 0
+    assert ptx.count("missing", "BRA", folder=tmp_path) is None
+
+
+def test_compact_table_keeps_what_a_reader_compares():
+    df = pd.DataFrame({"source": ["recorded"] * 2, "device": ["H200"] * 2, "date": ["2026-11-30"] * 2,
+                       "kernel": ["copy_kernel", "torch.copy"], "size": ["1024"] * 2, "dtype": ["float32"] * 2,
+                       "median_ms": [2.0, 1.0], "q1_ms": [1.9, 0.9], "q3_ms": [2.1, 1.1],
+                       "value": [50.0, 100.0], "unit": ["GB/s"] * 2, "% of torch.copy": [50.0, 100.0]})
+    out = results.compact(df)
+    assert list(out.columns) == ["kernel", "ms", "GB/s", "% torch.copy"]
+    assert list(out["kernel"]) == ["copy", "torch.copy"]
+    both = results.compact(pd.concat([df, df.assign(source="your GPU", size="2048")], ignore_index=True))
+    assert list(both.columns) == ["source", "kernel", "size", "ms", "GB/s", "% torch.copy"]
+
+
+def test_caption_fits_the_page():
+    recorded = results.load("intro")
+    if not len(recorded):
+        return  # nothing recorded: no caption to check
+    text = results.caption(recorded)
+    assert "recorded on" in text and all(len(line) <= PAGE_WIDTH for line in text.splitlines())
