@@ -12,14 +12,51 @@ from typing import Callable
 
 import numpy as np
 
-from .check import k_scaled_rtol
+from .check import SAFETY, U32, k_scaled_rtol, prefix_sum_rounding
 
 
 @dataclass(frozen=True)
 class Tolerance:
+    """|actual - expected| <= rtol * scale + atol, element by element; `note` says where the bound comes
+    from (shown in the report)."""
     rtol: float | np.ndarray
-    atol: float = 0.0
+    atol: float | np.ndarray = 0.0
     scale: np.ndarray | None = None  # None: |expected|
+    note: str = ""
+
+    def describe(self, expected=None) -> str:
+        """The bound in a few words, with its largest value when the reference is given."""
+        parts = [self.note] if self.note else []
+        if expected is not None:
+            scale = np.abs(np.asarray(expected, np.float64)) if self.scale is None else self.scale
+            with np.errstate(invalid="ignore"):
+                bound = np.broadcast_to(np.asarray(self.rtol) * scale + self.atol, np.shape(expected))
+            finite = bound[np.isfinite(bound)]
+            if finite.size:
+                parts.append(f"|error| <= {float(finite.max()):.2g} at most")
+        elif np.ndim(self.rtol) == 0 and np.ndim(self.atol) == 0:
+            parts.append(f"rtol {float(self.rtol):.2g}, atol {float(self.atol):.2g}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A known-wrong way to solve an exercise, so the grader can name the mistake when a student's output
+    equals what this mistake produces."""
+    name: str            # e.g. "no carry between blocks"
+    mistake: str         # the sentence shown to the student
+    model: Callable      # model(*inputs, launches) -> np.ndarray | None: the output this mistake produces on
+                         # these inputs (None: cannot say for this launch); launches: list of launch dicts
+    kernel: Callable     # a student-style wrong function fn(*inputs, out), for the tests
+
+
+def variants(exercise_id: str) -> list[Variant]:
+    """The known-wrong variants of an exercise (lib.variants.VARIANTS, imported lazily; none if absent)."""
+    try:
+        from .variants import VARIANTS
+    except ImportError:
+        return []
+    return list(VARIANTS.get(exercise_id, []))
 
 
 @dataclass(frozen=True)
@@ -30,10 +67,30 @@ class Exercise:
     make_inputs: Callable[[tuple, np.random.Generator], tuple]
     out_shape: Callable[..., tuple]                 # from the inputs
     reference: Callable[..., np.ndarray]            # float64
-    tolerance: Callable[..., Tolerance]             # from the inputs and the reference
-    sim_cases: tuple                                # size parameters, small (a check <= 10 s on the simulator)
+    tolerance: Callable[..., Tolerance]             # tolerance(*inputs, expected, threads=None): threads is
+                                                    # the largest launch's thread count (the error model's
+                                                    # structure), None when unknown
+    sim_cases: tuple                                # size parameters, small (the planner grows them)
     gpu_cases: tuple
+    grow: Callable[[tuple, float], tuple] = None    # a larger size: the parallel dimensions times a factor
     time_limit_s: float = 60.0
+
+    @property
+    def names(self) -> list[str]:
+        """The argument names of the signature, e.g. ['a', 'b', 'out']."""
+        return self.signature[self.signature.index("(") + 1:-1].split(", ")
+
+
+def _ragged(value: float) -> int:
+    """An odd size (so no power-of-two launch fits it exactly)."""
+    return int(value) | 1
+
+
+def _grow_dims(*dims):
+    """grow(size, factor) that multiplies the dimensions at positions `dims` (the parallel ones)."""
+    def grow(size, factor):
+        return tuple(_ragged(s * factor) if i in dims else s for i, s in enumerate(size))
+    return grow
 
 
 def _uniform(rng, shape, lo=-1.0, hi=1.0):
@@ -61,9 +118,25 @@ def _matmul_inputs(size, rng):
     return _uniform(rng, (m, k)), _uniform(rng, (k, n))
 
 
-def _matmul_tolerance(a, b, expected):
+def _matmul_tolerance(a, b, expected, threads=None):
     a, b = _f64(a, b)
-    return Tolerance(rtol=k_scaled_rtol(a.shape[1]), scale=np.abs(a) @ np.abs(b))
+    return Tolerance(rtol=k_scaled_rtol(a.shape[1]), scale=np.abs(a) @ np.abs(b),
+                     note=f"K-scaled: dot products of {a.shape[1]} terms, relative to |a| @ |b|")
+
+
+def _one_rounding(*inputs_and_expected, threads=None):
+    """Each output is one float32 operation (or a copy): off by at most one rounding, U32 * |expected|."""
+    return Tolerance(rtol=2 * U32, note="one float32 rounding (2^-23 relative)")
+
+
+def _exact(*inputs_and_expected, threads=None):
+    return Tolerance(rtol=0.0, note="exact (no rounding is involved)")
+
+
+def _per_thread(n: int, threads) -> int:
+    """Elements each thread adds in the error model: n over the largest launch's threads (1 if unknown,
+    the loosest model: one sequential pass over every element)."""
+    return 1 if not threads else -(-n // int(threads))
 
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -75,26 +148,27 @@ def _reduce_inputs(size, rng):
     return (x,)
 
 
-def _partial_sum_scale(x, axis=0):
-    """The conditioning scale of a sum along `axis`: the largest |partial sum| on the way (at least the
-    largest |term|). Each of the K additions rounds to within half an ulp of its partial sum, so a float32
-    sum in any order is off by about 2^-24 * sqrt(K) * this scale (the K-scaled rule); for terms of one sign
-    it is the sum of |terms|, for mixed signs it is far smaller, so lost terms still show."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.maximum.accumulate(np.maximum(np.abs(np.cumsum(x, axis=axis)), np.abs(x)), axis=axis)
+def _column_sums_tolerance(x, expected, threads=None):
+    """Each column summed down its rows one after another (a tree is more accurate)."""
+    partials = np.cumsum(np.asarray(x, np.float64), axis=0)
+    bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=0))
+    return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
+                     note=f"{SAFETY:g}·u·sqrt(Σ partial²), columns of {x.shape[0]} added in order")
 
 
-def _column_sums_tolerance(x, expected):
-    return Tolerance(rtol=k_scaled_rtol(x.shape[0]), scale=_partial_sum_scale(x, axis=0)[-1])
+def _sum_tolerance(x, expected, threads=None):
+    per = _per_thread(x.size, threads)
+    bound = SAFETY * U32 * prefix_sum_rounding(x, per)[-1:]
+    return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
+                     note=f"{SAFETY:g}·u·sqrt(Σ partial²): {per} element(s) per thread, then the partials in order")
 
 
-def _sum_tolerance(x, expected):
-    return Tolerance(rtol=k_scaled_rtol(x.size), scale=_partial_sum_scale(x)[-1:])
-
-
-def _scan_tolerance(x, expected):
-    k = np.arange(1, x.size + 1)
-    return Tolerance(rtol=np.maximum(1e-5, 4 * 2.0 ** -23 * np.sqrt(k)), scale=_partial_sum_scale(x))
+def _scan_tolerance(x, expected, threads=None):
+    per = _per_thread(x.size, threads)
+    bound = SAFETY * U32 * prefix_sum_rounding(x, per)
+    return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
+                     note=f"{SAFETY:g}·u·sqrt(Σ partial²) per output: {per} element(s) per thread, "
+                          "then the carries in order")
 
 
 def _exclusive_scan(x):
@@ -118,8 +192,11 @@ def _warp_chunks(x):
     return np.concatenate([x, np.zeros(-x.size % WARP_SIZE)]).reshape(-1, WARP_SIZE)
 
 
-def _warp_sums_tolerance(x, expected):
-    return Tolerance(rtol=k_scaled_rtol(WARP_SIZE), scale=np.abs(_warp_chunks(x)).sum(axis=1))
+def _warp_sums_tolerance(x, expected, threads=None):
+    partials = np.cumsum(_warp_chunks(x), axis=1)
+    bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=1))
+    return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
+                     note=f"{SAFETY:g}·u·sqrt(Σ partial²) over each chunk of 32")
 
 
 # --- softmax ----------------------------------------------------------------------------------------
@@ -136,8 +213,10 @@ def _softmax_reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _softmax_tolerance(x, expected):
-    return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-7)
+def _softmax_tolerance(x, expected, threads=None):
+    # exp adds a few ulps of its own; elements below 1e-30 (exp underflowing) may be flushed to 0
+    return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-30,
+                     note=f"K-scaled: row sums of {x.shape[1]} exponentials, relative to each element")
 
 
 # --- online_merge (softmax chapter) ----------------------------------------------------------------
@@ -196,9 +275,10 @@ def _attention_reference(q, k, v):
     return _attention_probs(q, k) @ np.asarray(v, dtype=np.float64)
 
 
-def _attention_tolerance(q, k, v, expected):
+def _attention_tolerance(q, k, v, expected, threads=None):
     scale = _attention_probs(q, k) @ np.abs(np.asarray(v, dtype=np.float64))
-    return Tolerance(rtol=2 * (k_scaled_rtol(k.shape[0]) + k_scaled_rtol(q.shape[1])), scale=scale)
+    return Tolerance(rtol=2 * (k_scaled_rtol(k.shape[0]) + k_scaled_rtol(q.shape[1])), scale=scale,
+                     note=f"K-scaled: {k.shape[0]} keys and dot products of {q.shape[1]}, relative to P @ |v|")
 
 
 # --- attention_tile_update (attention chapter) --------------------------------------------------------
@@ -243,86 +323,91 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("vector_add", "vector_add(a, b, out)", "out[i] = a[i] + b[i] for every i (1-D float32)",
              make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
              out_shape=lambda a, b: a.shape, reference=_vector_add_reference,
-             tolerance=lambda a, b, expected: Tolerance(rtol=1e-6),
-             sim_cases=((1000,), (4099,), (1,)), gpu_cases=((1000,), (1_000_003,), (16_777_217,), (1,))),
+             tolerance=_one_rounding, grow=_grow_dims(0),
+             sim_cases=((1,), (1000,), (4099,)), gpu_cases=((1000,), (1_000_003,), (16_777_217,), (1,))),
     Exercise("outer_product", "outer_product(x, y, out)",
              "out[i, j] = x[i] * y[j] for x (m,), y (n,), out (m, n): one thread per element on a 2-D grid",
              make_inputs=lambda size, rng: (_uniform(rng, (size[0],)), _uniform(rng, (size[1],))),
              out_shape=lambda x, y: (x.size, y.size),
              reference=lambda x, y: np.outer(np.asarray(x, np.float64), np.asarray(y, np.float64)),
-             tolerance=lambda x, y, expected: Tolerance(rtol=1e-6),
+             tolerance=_one_rounding, grow=_grow_dims(0, 1),
              sim_cases=((1, 1), (37, 53), (70, 33)), gpu_cases=((1, 1), (37, 53), (1000, 777), (4099, 2050))),
     Exercise("transpose", "transpose(a, out)", "out[j, i] = a[i, j] for a of shape (rows, cols)",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda a: a.shape[::-1],
-             reference=_transpose_reference, tolerance=lambda a, expected: Tolerance(rtol=0.0),
+             reference=_transpose_reference, tolerance=_exact, grow=_grow_dims(0, 1),
              sim_cases=((1, 1), (37, 53), (70, 33)), gpu_cases=((1, 1), (37, 53), (1000, 777), (4099, 2050))),
     Exercise("column_sums", "column_sums(x, out)", "out[j] = sum of column j of x (2-D, row-major)",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: (x.shape[1],),
              reference=lambda x: np.asarray(x, np.float64).sum(axis=0), tolerance=_column_sums_tolerance,
-             sim_cases=((1, 1), (37, 53), (300, 70)), gpu_cases=((1, 1), (37, 53), (4099, 1000), (1000, 4099))),
+             grow=_grow_dims(0, 1), sim_cases=((1, 1), (37, 53), (300, 70)), gpu_cases=((1, 1), (37, 53), (4099, 1000), (1000, 4099))),
     Exercise("matmul", "matmul(a, b, c)", "c = a @ b for a (M, K), b (K, N), c (M, N), float32 row-major",
              make_inputs=_matmul_inputs, out_shape=lambda a, b: (a.shape[0], b.shape[1]),
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
-             tolerance=_matmul_tolerance, sim_cases=((1, 1, 1), (33, 17, 45), (40, 70, 65)),
+             tolerance=_matmul_tolerance, grow=_grow_dims(0, 1), sim_cases=((1, 1, 1), (33, 17, 45), (40, 70, 65)),
              gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (1024, 1024, 1024))),
     Exercise("matmul_bt", "matmul_bt(a, b, c)",
              "c = a @ b.T for a (M, K), b (N, K), c (M, N), float32 row-major (b is stored transposed)",
              make_inputs=lambda size, rng: (_uniform(rng, (size[0], size[2])), _uniform(rng, (size[1], size[2]))),
              out_shape=lambda a, b: (a.shape[0], b.shape[0]),
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64).T,
-             tolerance=lambda a, b, expected: _matmul_tolerance(a, b.T, expected),
+             tolerance=lambda a, b, expected, threads=None: _matmul_tolerance(a, b.T, expected),
+             grow=_grow_dims(0, 1),
              sim_cases=((1, 1, 1), (20, 33, 17), (33, 18, 40)),
              gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (2048, 2048, 2048))),
     Exercise("reduce_sum", "reduce_sum(x, out)", "out[0] = sum of x (out has shape (1,))",
              make_inputs=_reduce_inputs, out_shape=lambda x: (1,),
              reference=lambda x: np.array([np.asarray(x, np.float64).sum()]), tolerance=_sum_tolerance,
-             sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+             grow=_grow_dims(0), sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("reduce_max", "reduce_max(x, out)", "out[0] = max of x (out has shape (1,))",
              make_inputs=_reduce_inputs, out_shape=lambda x: (1,),
              reference=lambda x: np.array([np.asarray(x, np.float64).max()]),
-             tolerance=lambda x, expected: Tolerance(rtol=0.0),
-             sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
+             tolerance=_exact,
+             grow=_grow_dims(0), sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("warp_reduce", "warp_reduce(x, out)",
              "out[w] = x[32w] + ... + x[32w + 31] for every 32-element chunk of x (the last may be short), "
              "with warp shuffles: one warp per chunk, no shared memory",
              make_inputs=lambda size, rng: (_uniform(rng, size),),
              out_shape=lambda x: (-(-x.size // WARP_SIZE),),
-             reference=lambda x: _warp_chunks(x).sum(axis=1), tolerance=_warp_sums_tolerance,
+             reference=lambda x: _warp_chunks(x).sum(axis=1), tolerance=_warp_sums_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (100,), (1000,)), gpu_cases=((1,), (1000,), (1_000_003,))),
     Exercise("scan_inclusive", "scan_inclusive(x, out)", "out[i] = x[0] + ... + x[i]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
-             reference=lambda x: np.cumsum(np.asarray(x, np.float64)), tolerance=_scan_tolerance,
+             reference=lambda x: np.cumsum(np.asarray(x, np.float64)), tolerance=_scan_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("scan_exclusive", "scan_exclusive(x, out)", "out[0] = 0, out[i] = x[0] + ... + x[i-1]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
-             reference=_exclusive_scan, tolerance=_scan_tolerance,
+             reference=_exclusive_scan, tolerance=_scan_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("compact_positive", "compact_positive(x, out)",
              "out starts with the elements of x that are > 0, in their order; the rest of out is 0",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
-             reference=_compact_positive, tolerance=lambda x, expected: Tolerance(rtol=0.0),
+             reference=_compact_positive, tolerance=_exact, grow=_grow_dims(0),
              sim_cases=((1,), (300,), (1000,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("online_merge", "online_merge(m, l, out)",
              "out[r] = (M, L), the merge of row r's tile states (m[r, t], l[r, t]); empty rows give (-inf, 0)",
              make_inputs=_online_merge_inputs, out_shape=lambda m, l: (m.shape[0], 2),
              reference=_online_merge_reference,
-             tolerance=lambda m, l, expected: Tolerance(rtol=2 * k_scaled_rtol(m.shape[1])),
+             tolerance=lambda m, l, expected, threads=None: Tolerance(
+                 rtol=2 * k_scaled_rtol(m.shape[1]), note=f"K-scaled: {m.shape[1]} tile states per row"),
+             grow=_grow_dims(0),
              sim_cases=((1, 1), (5, 37), (40, 9)), gpu_cases=((1, 1), (1000, 37), (65536, 64))),
     Exercise("softmax_rows", "softmax_rows(x, out)", "each row of out = softmax of that row of x (2-D)",
              make_inputs=_softmax_inputs, out_shape=lambda x: x.shape, reference=_softmax_reference,
-             tolerance=_softmax_tolerance, sim_cases=((1, 1), (5, 37), (7, 300)),
+             tolerance=_softmax_tolerance, grow=_grow_dims(0), sim_cases=((1, 1), (5, 37), (7, 300)),
              gpu_cases=((1, 1), (5, 37), (1000, 1000), (4096, 4099))),
     Exercise("attention", "attention(q, k, v, out)",
              "out = softmax(q @ k.T / sqrt(d)) @ v for q (m, d), k and v (n, d)",
              make_inputs=_attention_inputs, out_shape=lambda q, k, v: q.shape, reference=_attention_reference,
-             tolerance=_attention_tolerance, sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
+             tolerance=_attention_tolerance, grow=_grow_dims(0), sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
              gpu_cases=((1, 1, 64), (17, 45, 64), (1000, 1531, 64), (2048, 4099, 128)), time_limit_s=120.0),
     Exercise("attention_tile_update", "attention_tile_update(m, l, o, s, v, out)",
              "one FlashAttention step per row: from the state (m, l, o) and a tile of scores s (rows, cols) "
              "and values v (cols, d), write out[:, 0] = m', out[:, 1] = l', out[:, 2:] = o' (o unnormalised)",
              make_inputs=_tile_update_inputs, out_shape=lambda m, l, o, s, v: (m.shape[0], o.shape[1] + 2),
              reference=lambda *inputs: _tile_update64(*inputs)[0],
-             tolerance=lambda m, l, o, s, v, expected: Tolerance(
-                 rtol=2 * k_scaled_rtol(s.shape[1] + 1), scale=_tile_update64(m, l, o, s, v)[1]),
+             tolerance=lambda m, l, o, s, v, expected, threads=None: Tolerance(
+                 rtol=2 * k_scaled_rtol(s.shape[1] + 1), scale=_tile_update64(m, l, o, s, v)[1],
+                 note=f"K-scaled: tiles of {s.shape[1]} scores, relative to the running state"),
+             grow=_grow_dims(0),
              sim_cases=((1, 1, 4), (6, 16, 8), (37, 32, 64)), gpu_cases=((1, 1, 4), (6, 16, 8), (4099, 64, 128))),
 ]}

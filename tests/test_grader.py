@@ -12,7 +12,19 @@ from lib.check import compare, hint, k_scaled_rtol
 from lib.exercises import EXERCISES
 from lib.grader import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 
-from kernels.intro import vector_add
+from kernels.intro import vector_add as book_vector_add
+
+
+@cuda.jit
+def _add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+def vector_add(a, b, out):
+    """A student's correct answer (defined outside the book's kernels/)."""
+    _add[(out.size + 255) // 256, 256](a, b, out)
 
 
 # --- compare / hint -------------------------------------------------------------------------------
@@ -74,13 +86,22 @@ def test_sum_tolerance_accepts_every_correct_float32_order_and_rejects_lost_term
 
 
 # --- every exercise: its reference passes, a perturbed answer fails -------------------------------
+@cuda.jit
+def _copy_flat(src, dst):
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
 def _from_reference(ex, perturb=None):
+    """The reference answer (computed on the host), stored by a kernel of the test's own (a grid-stride copy),
+    so the grader's rule that a kernel of one's own must run is met."""
     def fn(*args):
         *inputs, out = args
         result = ex.reference(*[a.copy_to_host() for a in inputs]).astype(np.float32)
         if perturb is not None:
             perturb(result)
-        out.copy_to_device(np.ascontiguousarray(result))
+        src = cuda.to_device(np.ascontiguousarray(result).reshape(-1))
+        _copy_flat[(src.size + 255) // 256, 256](src, out.reshape(out.size))
     return fn
 
 
@@ -89,7 +110,7 @@ def test_reference_answer_passes(exercise_id):
     ex = EXERCISES[exercise_id]
     report = grade(exercise_id, _from_reference(ex))
     assert report.status == PASSED, str(report)
-    assert len(report.cases) == len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)
+    assert len(report.cases) == report.planned >= len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)
     assert any(c.size[0] == 1 for c in report.cases)  # a size of 1 is always among the cases
 
 
@@ -103,11 +124,18 @@ def test_a_slightly_wrong_answer_fails(exercise_id):
 
 
 # --- student code: stub, wrong kernels, exceptions, hangs -----------------------------------------
-def test_book_solution_passes_and_the_report_renders():
+def test_correct_solution_passes_and_the_report_renders():
     report = grade("vector_add", vector_add)
     assert report.passed and bool(report)
     assert "PASSED" in str(report) and "passed" in report._repr_html_()
+    assert "_add[" in str(report) and "_add[" in report._repr_html_()  # the launches are shown
+    assert "tolerance" in str(report)
     assert report.to_dict()["passed"] is True
+
+
+def test_the_books_own_kernel_is_not_an_answer():
+    report = grade("vector_add", book_vector_add)
+    assert report.status == FAILED and "book's own kernels" in report.message, str(report)
 
 
 def test_stub_is_not_attempted():
@@ -153,8 +181,9 @@ def test_blocks_rounded_down_leave_the_tail_unwritten():
     report = grade("vector_add", lambda a, b, out: _add_floor_blocks[a.size // 256, 256](a, b, out))
     ex = EXERCISES["vector_add"]
     assert report.status == FAILED and len(report.cases) == len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)
-    assert "never written" in report.hint and "tail" in report.hint
-    assert "first at index" in report.message
+    assert "round the block count up" in report.hint  # size 1: zero blocks
+    tail = next(c for c in report.cases if c.size[0] > 256 and c.size[0] % 256)
+    assert "never written" in tail.hint and "tail" in tail.hint and "first at index" in tail.message
 
 
 @pytest.mark.skipif(lib.ON_GPU, reason="a GPU does not check bounds: the stray writes land silently")
