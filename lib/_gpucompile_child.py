@@ -64,9 +64,14 @@ def _prepare():
             return cuda_paths._env_path_tuple("not installed", None)
 
     cuda_paths._get_nvrtc_path = nvrtc_path_or_none
-    from numba.cuda import compiler, dispatcher
+    from numba.cuda import api, compiler, dispatcher  # noqa: F401 (loaded so that the loop below sees them)
 
-    compiler.get_current_device = dispatcher.get_current_device = _Device
+    original = api.get_current_device
+    for module in list(sys.modules.values()):  # every `from numba.cuda.api import get_current_device`
+        if getattr(module, "get_current_device", None) is original:
+            module.get_current_device = _Device
+    if os.environ.get("CUDA_BOOK_GPU_CHECK_PRETEND_MISSING") == "1":  # tests: a machine without the wheel
+        return "NvvmSupportError: libNVVM cannot be found (pretended)"
     try:
         from numba.cuda.cudadrv import nvvm
 
