@@ -37,6 +37,7 @@ import threading
 import time
 import types
 import weakref
+from pathlib import Path
 
 from . import CACHE, ROOT, launches
 
@@ -110,7 +111,7 @@ class _Converter:
 
     def __init__(self):
         self.memo: dict[int, tuple] = {}
-        self.book = False  # refers to the book's modules: their text is part of the cache key
+        self.book_modules: set[str] = set()  # the book's modules it refers to: their text is in the cache key
 
     def kernel(self, kernel) -> tuple:
         return self.value(kernel)
@@ -131,7 +132,7 @@ class _Converter:
             if launches._origin(fn)[1] and "<locals>" not in fn.__qualname__:
                 name = _module_attribute(fn.__module__, v)
                 if name is not None:
-                    self.book = True
+                    self.book_modules.add(fn.__module__)
                     return ("book", fn.__module__, name)
             options = {"device": bool(v._device), "fastmath": bool(v._fastmath)}
             if v._debug:
@@ -140,7 +141,8 @@ class _Converter:
         if isinstance(v, types.ModuleType):
             top = v.__name__.split(".")[0]
             if top in _IMPORTABLE:
-                self.book |= top in ("kernels", "lib")
+                if top in ("kernels", "lib"):
+                    self.book_modules.add(v.__name__)
                 return ("module", v.__name__)
             return ("synth", v.__name__, {a: self.value(getattr(v, a)) for a in attrs if hasattr(v, a)})
         if not isinstance(v, (int, float, complex, str, bytes, bool, type(None), tuple)):
@@ -152,7 +154,7 @@ class _Converter:
             if launches._origin(v)[1]:
                 name = _module_attribute(module, v)
                 if name is not None:  # e.g. kernels.matmul.load_float4: an intrinsic in GPU mode
-                    self.book = True
+                    self.book_modules.add(module)
                     return ("book", module, name)
             return ("function", v.__name__, module)
         try:
@@ -170,7 +172,8 @@ class _Converter:
         filename = code.co_filename
         book_module = None
         if launches._origin(fn)[1] and fn.__module__ in sys.modules:
-            book_module, self.book = fn.__module__, True
+            book_module = fn.__module__
+            self.book_modules.add(book_module)
         names = _global_names(code)
         scope = fn.__globals__
         carried = {}
@@ -191,19 +194,25 @@ class _Converter:
         }
 
 
-_book_text_hash: str | None = None
+_file_hashes: dict = {}
 
 
-def _book_hash() -> str:
-    """A hash of the book's kernels/ and lib/ sources: the GPU-mode modules a book kernel compiles from."""
-    global _book_text_hash
-    if _book_text_hash is None:
-        h = hashlib.sha256()
-        for folder in ("kernels", "lib"):
-            for path in sorted((ROOT / folder).rglob("*.py")):
-                h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-        _book_text_hash = h.hexdigest()
-    return _book_text_hash
+def _book_hash(modules: set[str]) -> str:
+    """A hash of the sources a book kernel compiles from in GPU mode: the modules it names and all of
+    kernels/ (whose modules import one another), not the rest of lib/."""
+    paths = set((ROOT / "kernels").glob("*.py"))
+    for name in modules:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            paths.add(Path(file).resolve())
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        if key not in _file_hashes:
+            _file_hashes[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        h.update(f"{path.relative_to(ROOT)} {_file_hashes[key]}\n".encode())
+    return h.hexdigest()
 
 
 def _versions() -> str:
@@ -337,8 +346,8 @@ def _result(kernel, arg_types: tuple) -> dict:
         return per_fn[arg_types]
     h = hashlib.sha256(pickle.dumps(request, protocol=4))
     h.update(f"{CHECKER_VERSION} {_versions()}".encode())
-    if converter.book:
-        h.update(_book_hash().encode())
+    if converter.book_modules:
+        h.update(_book_hash(converter.book_modules).encode())
     path = _disk_path(h.hexdigest())
     try:
         answer = json.loads(path.read_text())
