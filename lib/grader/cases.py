@@ -35,7 +35,7 @@ from ..check import compare, hint
 from ..exercises import EXERCISES, Exercise, variants
 
 SENTINEL = np.float32(-1234.5677)   # the second fill: finite, with an ulp small enough that adding to it shows
-SIM_BUDGET_S = 30.0                 # a check on the simulator aims to stay under this
+SIM_BUDGET_S = 30.0                 # the planner grows sizes while the predicted total stays under this
 MIN_BLOCKS = 3                      # the checks span at least this many blocks of the student's largest launch
 LAUNCH_KEYS = ("name", "module", "qualname", "grid", "block", "shared_bytes", "book")
 MAX_LAUNCHES = 10_000               # more than this in one case is refused as malformed
@@ -207,24 +207,31 @@ class Planner:
                           f"{self.budget_s:.0f} s budget of a check here")
         return None
 
+    def _units(self, size) -> int:
+        """The work the launches spread over: the product of the dimensions that grow (rows for a
+        row-wise exercise, rows x columns for a 2-D one, elements for 1-D)."""
+        bigger = self.ex.grow(size, 2.0)
+        return math.prod(s for s, b in zip(size, bigger) if b > s) or 1
+
     def _factor(self, size, launches):
         """How much larger the next size must be, or None when the checks already span enough."""
-        units = math.prod(size)
+        units = self._units(size)
         widest = max(launches, key=lambda r: math.prod(r["grid"]))
         blocks = math.prod(widest["grid"])
         factor = 1.0
         if blocks < MIN_BLOCKS:
             factor = max(factor, 2.0 * MIN_BLOCKS / max(blocks, 1))
-        growing = [r for r in launches if _config(r) not in {_config(f) for f in self.fixed_launches()}]
-        per_block = max((units / math.prod(r["grid"]) for r in growing), default=1.0)
-        for fixed in self.fixed_launches():
-            need = max(MIN_BLOCKS * launch_threads(fixed), 1.5 * launch_threads(fixed) * per_block)
+        fixed = self.fixed_launches()
+        growing = [r for r in launches if _config(r) not in {_config(f) for f in fixed}]
+        per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
+        for r in fixed:
+            need = max(MIN_BLOCKS * launch_threads(r), 1.5 * launch_threads(r) * per_block if growing else 0)
             if units < need:
                 factor = max(factor, need / units)
         if factor <= 1.0:
             return None
         # the parallel dimensions grow by the factor's root when there are several of them
-        dims = sum(1 for a, b in zip(size, self.ex.grow(size, 2.0)) if a != b) or 1
+        dims = sum(1 for a, b in zip(size, self.ex.grow(size, 2.0)) if b > a) or 1
         return max(factor ** (1.0 / dims) * 1.1, 1.5)
 
 
