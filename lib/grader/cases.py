@@ -452,6 +452,10 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
     if mistake is not None:
         result.mistake, sentence = mistake
         result.hint = sentence
+    if mistake is None and bad.n_unwritten and len(case.out_shape) == 2 and _grid_covers(case, own):
+        result.hint = ("the grid covers the array (x along its columns, y along its rows), yet elements were "
+                       "never written: the index arithmetic swaps x and y? cuda.grid(2) returns (x, y), and x "
+                       "should run along the columns.")
     fixed = _fixed_launches(history, case, execution)
     if fixed and mistake is None:
         result.hint = _launch_sentence(fixed, case, bad.n_unwritten > 0)
@@ -461,6 +465,18 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
                        f"{'x'.join(map(str, case.size))}: round the block count up, "
                        "(n + threads - 1) // threads, so that a partial block is launched too.")
     return result
+
+
+def _grid_covers(case: Case, own: list[dict]) -> bool:
+    """Some 2-D launch has at least as many threads along x as a 2-D array (output or input) has columns, and
+    along y as it has rows: the block count was rounded up, so unwritten elements come from the indexing."""
+    shapes = [tuple(case.out_shape)] + [x.shape for x in case.inputs if x.ndim == 2]
+    for r in own:
+        grid, block = list(r["grid"]) + [1, 1], list(r["block"]) + [1, 1]
+        cover_x, cover_y = grid[0] * block[0], grid[1] * block[1]
+        if cover_y > 1 and any(cover_x >= cols and cover_y >= rows for rows, cols in shapes):
+            return True
+    return False
 
 
 def _written_mask(execution: Execution):
