@@ -17,6 +17,21 @@ with condition variables: a barrier or a collective completes when its last part
 every live thread of a block waits and nothing can complete, the block is deadlocked, and the error names
 who waits where (e.g. half a warp in ``syncthreads`` while the other half waits in a shuffle).
 
+Public API (other modules build on it; keep it stable):
+
+- :func:`current_thread` -> the simulated thread running now, or None outside a kernel. Attributes:
+  ``thread_id`` (linear id in the block), ``threadIdx``, ``blockIdx``, ``manager`` (its block's manager).
+- the block manager: ``barrier_generation`` (syncthreads() completed in this block so far), ``grid_point``
+  (tuple), ``warp_seq(w)`` (warp collectives completed so far by warp w) and
+  ``ordered_by_warp(w, since_seq, lane_a, lane_b)`` (True if a collective of warp w completed after
+  ``since_seq`` with both lanes participating: syncwarp, shuffles, votes and match order memory accesses
+  between those lanes).
+- :func:`warp_collective` (op, mask, operands, compute): a generic rendezvous of the lanes in mask with the
+  rules of the built-in intrinsics; ``compute({lane: operands}) -> {lane: result}`` runs once, when every
+  non-exited lane of the mask has arrived; returns the calling lane's result.
+- :func:`add_block_listener` (start, end): ``start(manager)`` before a block's threads run,
+  ``end(manager)`` after they all finished.
+
 This relies on private classes of numba-cuda's simulator (``BlockManager``, ``BlockThread``,
 ``FakeCUDAModule``); :func:`install` checks the version it was written against.
 """
@@ -80,9 +95,10 @@ def _match_key(value):
 class _Rendezvous:
     """One warp collective in progress: the lanes of `mask` that have arrived with their operands."""
 
-    def __init__(self, op: str, mask: int):
+    def __init__(self, op: str, mask: int, compute=None):
         self.op = op
         self.mask = mask
+        self.compute = compute
         self.operands: dict[int, tuple] = {}
         self.results: dict[int, object] | None = None
 
@@ -93,6 +109,8 @@ class _Warp:
         self.live = set(lanes)
         self.pending: list[_Rendezvous] = []
         self.activemask_calls: dict[object, _Rendezvous] = {}  # call site -> lanes waiting there
+        self.seq = 0                                   # collectives completed so far
+        self.history: list[tuple[int, int]] = []       # (seq, bit mask of the lanes that took part)
 
 
 def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
@@ -163,10 +181,30 @@ class FastBlockManager:
         self.error_tb = None
         self.warps: dict[int, _Warp] = {}
         self.waiting_at: dict = {}  # thread -> description, for deadlock reports
+        self.grid_point: tuple = ()
+
+    # --- public: for the debugger and other tools ----------------------------------------------
+    def warp_seq(self, w: int) -> int:
+        """How many warp collectives warp `w` of this block has completed so far."""
+        warp = self.warps.get(w)
+        return warp.seq if warp is not None else 0
+
+    def ordered_by_warp(self, w: int, since_seq: int, lane_a: int, lane_b: int) -> bool:
+        """Did a collective of warp `w` that both lanes took part in complete after `since_seq`?"""
+        warp = self.warps.get(w)
+        if warp is None:
+            return False
+        both = (1 << lane_a) | (1 << lane_b)
+        for seq, lanes in reversed(warp.history):
+            if seq <= since_seq:
+                return False
+            if lanes & both == both:
+                return True
+        return False
 
     # --- called by the main thread -------------------------------------------------------------
     def run(self, grid_point, *args):
-        self._grid_point = tuple(int(g) for g in grid_point)
+        self._grid_point = self.grid_point = tuple(int(g) for g in grid_point)
         threads = []
         for block_point in np.ndindex(*self._block_dim):
             def target():
@@ -178,12 +216,17 @@ class FastBlockManager:
             for w in range((self.nthreads + WARP - 1) // WARP):
                 lanes = [t.thread_id % WARP for t in threads if t.thread_id // WARP == w]
                 self.warps[w] = _Warp(self.lock, lanes)
+        for start, _ in _block_listeners:
+            start(self)
         for t in threads:
             t.start()
         with self.lock:
             while self.live and self.error is None:
                 self.done.wait()
             error, tb = self.error, self.error_tb
+        if error is None:
+            for _, end in _block_listeners:
+                end(self)
         if error is not None:
             raise error.with_traceback(tb)
 
@@ -243,7 +286,7 @@ class FastBlockManager:
             return True
         return False
 
-    def collective(self, t, op: str, mask: int, *operands):
+    def collective(self, t, op: str, mask: int, *operands, compute=None):
         if self.nthreads % WARP:
             raise SimulatorError(
                 f"{op} needs whole warps, but this block has {self.nthreads} threads "
@@ -269,7 +312,7 @@ class FastBlockManager:
                         f"but different masks ({other.mask:#010x} in {other.op}, {mask:#010x} in {op}); "
                         "all lanes named in a mask must pass the same mask")
             if rv is None:
-                rv = _Rendezvous(op, mask)
+                rv = _Rendezvous(op, mask, compute)
                 warp.pending.append(rv)
             elif rv.op != op:
                 raise SimulatorError(
@@ -285,7 +328,9 @@ class FastBlockManager:
         required = {lane for lane in warp.live if rv.mask >> lane & 1}
         if not required <= rv.operands.keys():
             return False
-        rv.results = _compute(rv, required)
+        rv.results = rv.compute(dict(rv.operands)) if rv.compute else _compute(rv, required)
+        warp.seq += 1
+        warp.history.append((warp.seq, sum(1 << lane for lane in rv.operands)))
         warp.pending.remove(rv)
         self.running += len(rv.operands) - (1 if arriving else 0)
         warp.cond.notify_all()
@@ -345,6 +390,10 @@ def _simthread_class():
     class SimThread(BlockThread):
         """A simulated CUDA thread whose barrier and exit are reported to the FastBlockManager."""
 
+        @property
+        def manager(self):
+            return self._manager
+
         def run(self):
             try:
                 super().run()
@@ -375,6 +424,28 @@ def _intrinsic(op, nargs):
 
 
 _syncwarp_call = _intrinsic("syncwarp", 1)
+
+_block_listeners: list[tuple] = []
+
+
+def add_block_listener(start, end):
+    """Call ``start(manager)`` before each block's threads run and ``end(manager)`` after they finished."""
+    _block_listeners.append((start, end))
+
+
+def current_thread():
+    """The simulated CUDA thread running now, or None outside a kernel."""
+    t = threading.current_thread()
+    return t if isinstance(getattr(t, "_manager", None), FastBlockManager) else None
+
+
+def warp_collective(op: str, mask: int, operands: tuple, compute):
+    """A rendezvous of the lanes in `mask` (rules of the built-in intrinsics); `compute(ops)` maps
+    {lane: operands} to {lane: result} once every non-exited lane of the mask arrived."""
+    t = current_thread()
+    if t is None:
+        raise SimulatorError(f"{op} can only be called inside a kernel")
+    return t._manager.collective(t, op, mask, *operands, compute=compute)
 
 
 def _syncwarp(mask=FULL_MASK):

@@ -926,3 +926,83 @@ def test_poison_from_python_int_values_fits_int32_arrays():
     launch(k, 1, 32, out, 20)
     np.testing.assert_array_equal(out[:16], np.arange(4, 20) * 2)
     assert (out[16:20] == POISON_I32).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# public API for the debugger and other tools
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture
+def simulator_only():
+    """These kernels call lib.simulator's Python API, which a GPU cannot compile: no GPU-compile check."""
+    from lib import gpucompile
+
+    was_on = gpucompile._handle is not None
+    gpucompile.uninstall()
+    yield
+    if was_on:
+        gpucompile.install()
+
+
+def test_current_thread_is_none_outside_a_kernel():
+    assert simulator.current_thread() is None
+
+
+@cuda.jit
+def _api_probe(out, seqs):
+    t = simulator.current_thread()
+    m = t.manager
+    i = t.thread_id
+    before = m.barrier_generation
+    cuda.syncthreads()
+    out[t.blockIdx.x, i, 0] = t.threadIdx.x
+    out[t.blockIdx.x, i, 1] = m.barrier_generation - before
+    out[t.blockIdx.x, i, 2] = m.grid_point[0]
+    s0 = m.warp_seq(i // 32)
+    cuda.syncwarp(FULL)
+    seqs[t.blockIdx.x, i, 0] = m.warp_seq(i // 32) - s0
+    seqs[t.blockIdx.x, i, 1] = 1 if m.ordered_by_warp(i // 32, s0, 0, 31) else 0
+    seqs[t.blockIdx.x, i, 2] = 1 if m.ordered_by_warp(i // 32, m.warp_seq(i // 32), 0, 31) else 0
+
+
+def test_current_thread_and_manager_state(simulator_only):
+    out = np.zeros((2, 64, 3), np.int64)
+    seqs = np.zeros((2, 64, 3), np.int64)
+    launch(_api_probe, 2, 64, out, seqs)
+    assert (out[:, :, 0] == np.arange(64)).all()
+    assert (out[:, :, 1] == 1).all()                      # one barrier completed between the reads
+    assert (out[:, :, 2] == np.arange(2)[:, None]).all()  # grid_point is the block's index
+    assert (seqs[:, :, 0] == 1).all() and (seqs[:, :, 1] == 1).all() and (seqs[:, :, 2] == 0).all()
+
+
+def _sum_of_lanes(ops):
+    total = sum(v for (v,) in ops.values())
+    return {lane: (total, sorted(ops)) for lane in ops}
+
+
+@cuda.jit
+def _generic_collective(out, lanes_seen):
+    i = cuda.threadIdx.x
+    if i >= 40:
+        return  # lanes 8-31 of warp 1 exited: they are not waited for
+    total, lanes = simulator.warp_collective("sum", FULL, (i,), _sum_of_lanes)
+    out[i] = total
+    lanes_seen[i] = len(lanes)
+
+
+def test_warp_collective_runs_compute_once_over_the_arrived_lanes(simulator_only):
+    out = np.zeros(64, np.int64)
+    seen = np.zeros(64, np.int64)
+    launch(_generic_collective, 1, 64, out, seen)
+    assert (out[:32] == sum(range(32))).all() and (seen[:32] == 32).all()
+    assert (out[32:40] == sum(range(32, 40))).all() and (seen[32:40] == 8).all()
+
+
+def test_block_listener_sees_every_block_start_and_end(simulator_only):
+    events = []
+    simulator.add_block_listener(lambda m: events.append(("start", m.grid_point)),
+                                 lambda m: events.append(("end", m.grid_point)))
+    try:
+        launch(_api_probe, 2, 64, np.zeros((2, 64, 3), np.int64), np.zeros((2, 64, 3), np.int64))
+    finally:
+        simulator._block_listeners.pop()
+    assert events == [("start", (0, 0, 0)), ("end", (0, 0, 0)), ("start", (1, 0, 0)), ("end", (1, 0, 0))]
