@@ -67,9 +67,10 @@ class Exercise:
     make_inputs: Callable[[tuple, np.random.Generator], tuple]
     out_shape: Callable[..., tuple]                 # from the inputs
     reference: Callable[..., np.ndarray]            # float64
-    tolerance: Callable[..., Tolerance]             # tolerance(*inputs, expected, threads=None): threads is
-                                                    # the largest launch's thread count (the error model's
-                                                    # structure), None when unknown
+    tolerance: Callable[..., Tolerance]             # tolerance(*inputs, expected, launch=None): launch is
+                                                    # {"threads": T, "blocks": B}, the most threads and the
+                                                    # most blocks among the student's launches (the error
+                                                    # model's structure), None when unknown
     sim_cases: tuple                                # size parameters, small (the planner grows them)
     gpu_cases: tuple
     grow: Callable[[tuple, float], tuple] = None    # a larger size: the parallel dimensions times a factor
@@ -125,25 +126,28 @@ def _matmul_inputs(size, rng):
     return _uniform(rng, (m, k)), _uniform(rng, (k, n))
 
 
-def _matmul_tolerance(a, b, expected, threads=None):
+def _matmul_tolerance(a, b, expected, launch=None):
     a, b = _f64(a, b)
     return Tolerance(rtol=k_scaled_rtol(a.shape[1]), scale=np.abs(a) @ np.abs(b),
                      note=f"K-scaled: dot products of {a.shape[1]} terms, relative to |a| @ |b|")
 
 
-def _one_rounding(*inputs_and_expected, threads=None):
+def _one_rounding(*inputs_and_expected, launch=None):
     """Each output is one float32 operation (or a copy): off by at most one rounding, U32 * |expected|."""
     return Tolerance(rtol=2 * U32, note="one float32 rounding (2^-23 relative)")
 
 
-def _exact(*inputs_and_expected, threads=None):
+def _exact(*inputs_and_expected, launch=None):
     return Tolerance(rtol=0.0, note="exact (no rounding is involved)")
 
 
-def _per_thread(n: int, threads) -> int:
-    """Elements each thread adds in the error model: n over the largest launch's threads (1 if unknown,
-    the loosest model: one sequential pass over every element)."""
-    return 1 if not threads else -(-n // int(threads))
+def _per_chunk(n: int, launch, key: str) -> int:
+    """Elements added one after another in the error model: n over the launch's most threads (a reduction:
+    each thread's loop, then the partials in any order, atomics included) or most blocks (a scan: a block
+    scans its tile as a tree, then the carries pass from block to block). 1 when unknown: the loosest model,
+    one sequential pass over every element."""
+    count = (launch or {}).get(key)
+    return 1 if not count else -(-n // int(count))
 
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -155,7 +159,7 @@ def _reduce_inputs(size, rng):
     return (x,)
 
 
-def _column_sums_tolerance(x, expected, threads=None):
+def _column_sums_tolerance(x, expected, launch=None):
     """Each column summed down its rows one after another (a tree is more accurate)."""
     partials = np.cumsum(np.asarray(x, np.float64), axis=0)
     bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=0))
@@ -163,19 +167,19 @@ def _column_sums_tolerance(x, expected, threads=None):
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²), columns of {x.shape[0]} added in order")
 
 
-def _sum_tolerance(x, expected, threads=None):
-    per = _per_thread(x.size, threads)
+def _sum_tolerance(x, expected, launch=None):
+    per = _per_chunk(x.size, launch, "threads")
     bound = SAFETY * U32 * prefix_sum_rounding(x, per)[-1:]
     return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²): {per} element(s) per thread, then the partials in order")
 
 
-def _scan_tolerance(x, expected, threads=None):
-    per = _per_thread(x.size, threads)
+def _scan_tolerance(x, expected, launch=None):
+    per = _per_chunk(x.size, launch, "blocks")
     bound = SAFETY * U32 * prefix_sum_rounding(x, per)
     return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
-                     note=f"{SAFETY:g}·u·sqrt(Σ partial²) per output: {per} element(s) per thread, "
-                          "then the carries in order")
+                     note=f"{SAFETY:g}·u·sqrt(Σ partial²) per output: tiles of {per} element(s), "
+                          "then the carries from tile to tile")
 
 
 def _exclusive_scan(x):
@@ -199,7 +203,7 @@ def _warp_chunks(x):
     return np.concatenate([x, np.zeros(-x.size % WARP_SIZE)]).reshape(-1, WARP_SIZE)
 
 
-def _warp_sums_tolerance(x, expected, threads=None):
+def _warp_sums_tolerance(x, expected, launch=None):
     partials = np.cumsum(_warp_chunks(x), axis=1)
     bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=1))
     return Tolerance(rtol=0.0, atol=bound, scale=np.abs(expected),
@@ -220,7 +224,7 @@ def _softmax_reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _softmax_tolerance(x, expected, threads=None):
+def _softmax_tolerance(x, expected, launch=None):
     # exp adds a few ulps of its own; elements below 1e-30 (exp underflowing) may be flushed to 0
     return Tolerance(rtol=2 * k_scaled_rtol(x.shape[1]), atol=1e-30,
                      note=f"K-scaled: row sums of {x.shape[1]} exponentials, relative to each element")
@@ -282,7 +286,7 @@ def _attention_reference(q, k, v):
     return _attention_probs(q, k) @ np.asarray(v, dtype=np.float64)
 
 
-def _attention_tolerance(q, k, v, expected, threads=None):
+def _attention_tolerance(q, k, v, expected, launch=None):
     scale = _attention_probs(q, k) @ np.abs(np.asarray(v, dtype=np.float64))
     return Tolerance(rtol=2 * (k_scaled_rtol(k.shape[0]) + k_scaled_rtol(q.shape[1])), scale=scale,
                      note=f"K-scaled: {k.shape[0]} keys and dot products of {q.shape[1]}, relative to P @ |v|")
@@ -357,12 +361,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=lambda size, rng: (_uniform(rng, (size[0], size[2])), _uniform(rng, (size[1], size[2]))),
              out_shape=lambda a, b: (a.shape[0], b.shape[0]),
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64).T,
-             tolerance=lambda a, b, expected, threads=None: _matmul_tolerance(a, b.T, expected),
+             tolerance=lambda a, b, expected, launch=None: _matmul_tolerance(a, b.T, expected),
              grow=_grow_matmul,
              sim_cases=((1, 1, 1), (20, 33, 17), (33, 18, 40)),
              gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (2048, 2048, 2048))),
     Exercise("reduce_sum", "reduce_sum(x, out)", "out[0] = sum of x (out has shape (1,))",
-             make_inputs=_reduce_inputs, out_shape=lambda x: (1,),
+             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: (1,),
              reference=lambda x: np.array([np.asarray(x, np.float64).sum()]), tolerance=_sum_tolerance,
              grow=_grow_dims(0), sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("reduce_max", "reduce_max(x, out)", "out[0] = max of x (out has shape (1,))",
@@ -394,7 +398,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              "out[r] = (M, L), the merge of row r's tile states (m[r, t], l[r, t]); empty rows give (-inf, 0)",
              make_inputs=_online_merge_inputs, out_shape=lambda m, l: (m.shape[0], 2),
              reference=_online_merge_reference,
-             tolerance=lambda m, l, expected, threads=None: Tolerance(
+             tolerance=lambda m, l, expected, launch=None: Tolerance(
                  rtol=2 * k_scaled_rtol(m.shape[1]), note=f"K-scaled: {m.shape[1]} tile states per row"),
              grow=_grow_dims(0),
              sim_cases=((1, 1), (5, 37), (40, 9)), gpu_cases=((1, 1), (1000, 37), (65536, 64))),
@@ -412,7 +416,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              "and values v (cols, d), write out[:, 0] = m', out[:, 1] = l', out[:, 2:] = o' (o unnormalised)",
              make_inputs=_tile_update_inputs, out_shape=lambda m, l, o, s, v: (m.shape[0], o.shape[1] + 2),
              reference=lambda *inputs: _tile_update64(*inputs)[0],
-             tolerance=lambda m, l, o, s, v, expected, threads=None: Tolerance(
+             tolerance=lambda m, l, o, s, v, expected, launch=None: Tolerance(
                  rtol=2 * k_scaled_rtol(s.shape[1] + 1), scale=_tile_update64(m, l, o, s, v)[1],
                  note=f"K-scaled: tiles of {s.shape[1]} scores, relative to the running state"),
              grow=_grow_dims(0),

@@ -376,9 +376,13 @@ def _validate(case: Case, ex: Exercise, execution) -> str | None:
     return None
 
 
-def largest_threads(launches: list) -> int | None:
-    own = [launch_threads(r) for r in launches if not r["book"]]
-    return max(own) if own else None
+def launch_structure(launches: list) -> dict | None:
+    """{"threads", "blocks"}: the most threads and the most blocks among the student's own launches, the
+    structure the tolerance's error model assumes."""
+    own = [r for r in launches if not r["book"]]
+    if not own:
+        return None
+    return {"threads": max(launch_threads(r) for r in own), "blocks": max(math.prod(r["grid"]) for r in own)}
 
 
 def _launch_sentence(fixed: list[dict], case: Case, unwritten: bool) -> str:
@@ -433,7 +437,7 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
             result.message = (f"input `{ex.names[i]}` was modified (first at {where}): a kernel must only "
                               "write its output")
             return result
-    tol = ex.tolerance(*case.inputs, case.expected, threads=largest_threads(execution.launches))
+    tol = ex.tolerance(*case.inputs, case.expected, launch=launch_structure(execution.launches))
     result.tolerance = tol.describe(case.expected)
     actual = execution.outputs[0]
     bad = compare(actual, case.expected, tol.rtol, tol.atol, tol.scale)
