@@ -37,6 +37,7 @@ import threading
 import time
 import types
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import CACHE, ROOT, launches
@@ -405,7 +406,38 @@ def check(kernel, *args) -> None:
         raise GPUCompileError(kernel.py_func.__name__, arg_types, message)
 
 
+def simulator_only(kernel):
+    """Mark a kernel that is meant to run only on the simulator (e.g. a test that looks at Python objects
+    inside a kernel): its launches are not checked. Use as a decorator above ``@cuda.jit``."""
+    from . import ON_GPU
+
+    if ON_GPU:
+        return kernel  # on a GPU numba compiles it anyway: nothing to skip
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    if not isinstance(kernel, FakeCUDAKernel):
+        raise TypeError(f"simulator_only marks a @cuda.jit kernel, got {kernel!r}")
+    kernel._book_simulator_only = True
+    return kernel
+
+
+_unchecked = threading.local()
+
+
+@contextmanager
+def unchecked():
+    """No GPU-compile check for the launches this thread makes inside the ``with`` block."""
+    before = getattr(_unchecked, "on", False)
+    _unchecked.on = True
+    try:
+        yield
+    finally:
+        _unchecked.on = before
+
+
 def _before_launch(launch: launches.Launch, args: tuple) -> None:
+    if getattr(launch.kernel, "_book_simulator_only", False) or getattr(_unchecked, "on", False):
+        return
     message = compile_error(launch.kernel, *args)
     if message is not None:
         raise GPUCompileError(launch.name, launch.arg_types, message)

@@ -184,3 +184,23 @@ def test_without_the_compiler_the_simulator_goes_on_and_says_so_once(tmp_path):
     assert stats["refused"] is False and stats["x"] == [1.0, 2.0, 2.0, 2.0], "every kernel ran on the simulator"
     assert stderr.count("the GPU-compile check is off") == 1
     assert 'pip install "nvidia-nvvm' in stderr
+
+
+def test_a_kernel_meant_for_the_simulator_only_opts_out_visibly():
+    seen = []
+
+    @gpucompile.simulator_only
+    @cuda.jit
+    def looks_at_python_objects():
+        seen.append(cuda.threadIdx.x)
+
+    looks_at_python_objects[1, 2]()
+    assert sorted(seen) == [0, 1]
+    x = np.zeros(4, np.float32)
+    with gpucompile.unchecked():
+        uses_a_list[1, 1](x)
+    assert x[0] == 1.0
+    with pytest.raises(gpucompile.GPUCompileError):
+        uses_a_list[1, 1](x)
+    with pytest.raises(TypeError, match="marks a @cuda.jit kernel"):
+        gpucompile.simulator_only(host_helper)
