@@ -526,7 +526,7 @@ def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
             continue
         if compare(model, case.expected, tol.rtol, tol.atol, tol.scale) is None:
             continue  # this variant is right on these inputs: it cannot tell anything
-        if compare(actual, model, tol.rtol, tol.atol, tol.scale if tol.scale is None else
-                   np.maximum(tol.scale, np.abs(model))) is None:
+        scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
+        if compare(actual, model, tol.rtol, tol.atol, scale) is None:
             return v.name, v.mistake
     return None
