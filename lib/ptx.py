@@ -38,14 +38,14 @@ SASS_NOTES = [
     (r"\bFFMA\b", "fused multiply-add (FP32)"),
     (r"\bFADD\b", "float add (FP32)"),
     (r"\bISETP\b", "compare into a predicate"),
-    (r"\bIMAD\.WIDE\b", "i = blockIdx·blockDim+threadIdx"),
-    (r"\bSHF\.R\.S32\.HI\b.*0x1f", "sign bits: to 64 bits / is i < 0?"),
+    (r"\bIMAD\.WIDE\b", "i = blockIdx*blockDim+threadIdx"),
+    (r"\bSHF\.R\.S32\.HI\b.*0x1f", "sign of i (64-bit, wrap test)"),
     (r"\bLOP3\.LUT R\d+, R\d+(\.reuse)?, UR\d+, RZ, 0xc0", "wrap-around: i<0 ? length : 0"),
-    (r"\bLEA\.HI\.X\b.*UR\d+", "address, high 32 bits"),
-    (r"\bLEA\b.*UR\d+, 0x2", "address = base + 4·i, low 32 bits"),
+    (r"\bLEA\.HI\.X\b.*UR\d+", "address, high half"),
+    (r"\bLEA\b.*UR\d+, 0x2", "address base + 4i, low half"),
     (r"@!?P\d BRA\b", "lanes with this predicate jump"),
     (r"\bBSSY\b|\bBSYNC\b", "diverged lanes rejoin here"),
-    (r"\bVOTEU?\.ANY\b", "activemask: vote of lanes present"),
+    (r"\bVOTEU?\.ANY\b", "activemask: lanes present"),
     (r"\bEXIT\b", "thread done"),
 ]
 # The control flow of a kernel only: where lanes jump, vote, compute and finish.
@@ -59,7 +59,7 @@ def listing(kernel: str, kind: str, folder: Path = RESULTS) -> str | None:
     return path.read_text() if path.exists() else None
 
 
-def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 38) -> str:
+def annotate(text: str, notes: list[tuple[str, str]], limit: int = 40, width: int = 36) -> str:
     """The listing's first line (where it was recorded), then only the lines a note matches, each followed by
     its note; at most `limit` lines. Long operands are shortened to `width` characters. A run of consecutive
     matched lines with the same note shows its first two lines and then one line counting the rest, so a chain
