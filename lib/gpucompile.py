@@ -275,6 +275,8 @@ class _Helper:
         return pickle.loads(data[4:])
 
     def ask(self, request: dict) -> dict:
+        if self.unavailable:
+            return {"unavailable": self.unavailable}
         if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
             self._start()
             if self.unavailable:
@@ -366,7 +368,7 @@ def _result(kernel, arg_types: tuple) -> dict:
                 os.replace(tmp, path)
             except OSError:
                 pass
-    if "unavailable" not in answer:  # the compiler may be installed later in this session
+    if "ok" in answer:  # like numba on a GPU, which compiles a kernel once per argument types
         per_fn[arg_types] = answer
     return answer
 

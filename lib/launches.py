@@ -221,7 +221,7 @@ def _install_simulator():
     original = simkernel.FakeCUDAKernel.__call__
 
     def __call__(self, *args):
-        if _active and not (self._device or simkernel._kernel_context):
+        if _active and self.grid_dim is not None and not (self._device or simkernel._kernel_context):
             _announce(self, self.fn, self.grid_dim, self.block_dim, self.dynshared_size, args)
         return original(self, *args)
 
