@@ -116,10 +116,10 @@ def diagnose(output: str, driver_version: int) -> tuple[str, str]:
 
 
 def _fingerprint(driver_version: int) -> str:
-    """Changes when the driver, the interpreter or any installed package (a site-packages folder) changes."""
+    """Changes when the driver, the interpreter or any installed package (a folder on sys.path) changes."""
     parts = [sys.executable, str(driver_version)]
     for entry in sys.path:
-        if entry and os.path.isdir(entry) and ("site-packages" in entry or "dist-packages" in entry):
+        if entry and os.path.isdir(entry) and Path(entry).resolve() != ROOT:
             parts.append(f"{entry}:{os.stat(entry).st_mtime_ns}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
