@@ -1,4 +1,4 @@
-"""Warp intrinsics and a faster block scheduler for numba's CUDA simulator.
+"""Warp intrinsics and a fast, deterministic block scheduler for numba's CUDA simulator.
 
 numba's simulator runs one Python thread per CUDA thread and has no warp intrinsics at all. This module
 adds ``shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``, ``shfl_xor_sync``, ``syncwarp``, ``activemask``,
@@ -6,23 +6,38 @@ adds ``shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``, ``shfl_xor_sync``, ``s
 ``match_all_sync`` with the semantics of the PTX instructions numba emits (width 32), so kernels that use
 them run unchanged without a GPU.
 
-How: every collective is a rendezvous of the lanes named in its mask; the last lane to arrive computes
-every lane's result and wakes the others. A lane that exits is dropped from the rendezvous it would have
-joined (CUDA only requires the *non-exited* lanes of the mask to arrive), so ``if i >= n: return`` before a
-full-mask shuffle still works. Reading from a lane that exited or is not in the mask is undefined on a GPU;
-here it yields NaN (floats) or 0xDEADBEEF (integers) so the mistake shows up in the results.
+Scheduler. A block runs in the thread that launched the kernel; each of its CUDA threads is a greenlet (a
+coroutine with its own stack), so starting one costs microseconds instead of an OS thread. A simulated
+thread runs until it waits (``syncthreads()``, a warp collective, ``activemask()``) or exits, and only then
+does another one run: there is no preemption, so the schedule is deterministic. The order: threads start in
+linear thread-id order (x fastest, then y, then z); a thread that waits goes to the back of the line when
+what it waits for completes, and the threads released together (a barrier, a collective) join the line in
+thread-id order. Blocks run one after another, in numba's order. ``threading.current_thread()`` returns the
+simulated thread while it runs (numba's ``cuda.threadIdx`` etc. and the tracer look it up there).
 
-The block scheduler replaces numba's polling loop (a Python thread spinning over every simulated thread)
-with condition variables: a barrier or a collective completes when its last participant arrives. When
-every live thread of a block waits and nothing can complete, the block is deadlocked, and the error names
-who waits where (e.g. half a warp in ``syncthreads`` while the other half waits in a shuffle).
+Warp collectives. Every collective is a rendezvous of the lanes named in its mask; when the last of them
+arrives, every lane's result is computed at once. A lane that exits is dropped from the rendezvous it
+would have joined (CUDA only requires the *non-exited* lanes of the mask to arrive), so
+``if i >= n: return`` before a full-mask shuffle still works; lanes missing from a block's last, partial
+warp count as exited, as on the hardware. A lane that reaches a collective with a different mask than a
+pending one simply waits for its own (legal CUDA: a partial-mask call in a branch, then a full-mask call
+after it). Reading from a lane that exited or is not in the mask is undefined on a GPU; here it yields NaN
+(floats) or 0xDEADBEEF (integers) so the mistake shows up in the results. ``ballot_sync`` and the masks of
+``match_*_sync`` are ``numpy.int32`` as numba types them (a uint32 store converts them, as on a GPU), and
+``match_*_sync`` compare bit patterns (NaN payloads differ, -0.0 differs from 0.0).
+
+Errors. An exception in a simulated thread stops the block and is re-raised with ``tid=[x, y, z]
+ctaid=[x, y, z]`` in front, as numba does. When no simulated thread can go on, the block is deadlocked and
+:class:`DeadlockError` names who waits where (e.g. half a warp in ``syncthreads`` while the other half
+waits in a shuffle). An asynchronous exception (the grader's time limit) raised in the launching thread
+stops the kernel wherever it runs, even in ``while True:``.
 
 Public API (other modules build on it; keep it stable):
 
 - :func:`current_thread` -> the simulated thread running now, or None outside a kernel. Attributes:
   ``thread_id`` (linear id in the block), ``threadIdx``, ``blockIdx``, ``manager`` (its block's manager).
 - the block manager: ``barrier_generation`` (syncthreads() completed in this block so far), ``grid_point``
-  (tuple), ``warp_seq(w)`` (warp collectives completed so far by warp w) and
+  (the block's index as a 3-tuple), ``warp_seq(w)`` (warp collectives completed so far by warp w) and
   ``ordered_by_warp(w, since_seq, lane_a, lane_b)`` (True if a collective of warp w completed after
   ``since_seq`` with both lanes participating: syncwarp, shuffles, votes and match order memory accesses
   between those lanes).
@@ -30,18 +45,20 @@ Public API (other modules build on it; keep it stable):
   rules of the built-in intrinsics; ``compute({lane: operands}) -> {lane: result}`` runs once, when every
   non-exited lane of the mask has arrived; returns the calling lane's result.
 - :func:`add_block_listener` (start, end): ``start(manager)`` before a block's threads run,
-  ``end(manager)`` after they all finished.
+  ``end(manager)`` after they all finished (not called when the block failed).
 
-This relies on private classes of numba-cuda's simulator (``BlockManager``, ``BlockThread``,
-``FakeCUDAModule``); :func:`install` checks the version it was written against.
+This relies on private classes of numba-cuda's simulator (``BlockManager``, ``FakeCUDAModule``,
+``FakeWithinKernelCUDAArray``); :func:`install` checks the version it was written against.
 """
 from __future__ import annotations
 
 import math
 import sys
 import threading
+from collections import deque
 from itertools import groupby
 
+import greenlet
 import numpy as np
 
 SUPPORTED_NUMBA_CUDA = "0.30."
@@ -56,10 +73,6 @@ class SimulatorError(RuntimeError):
 
 class DeadlockError(SimulatorError):
     pass
-
-
-class _Aborted(Exception):
-    """Raised in simulated threads that are woken because another thread failed."""
 
 
 def _describe_lanes(lanes) -> str:
@@ -85,15 +98,28 @@ def _signed32(bits: int) -> int:
     return bits - (1 << 32) if bits >= (1 << 31) else bits
 
 
+def _int32(bits: int) -> np.int32:
+    """A 32-bit mask as numba types it (int32): stores into uint32 arrays as the same bits, like the GPU."""
+    return np.int32(_signed32(bits))
+
+
+_FLOAT_BITS = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
 def _match_key(value):
-    """match.sync compares bit patterns: NaN matches NaN, -0.0 does not match 0.0 (unlike ==)."""
-    if isinstance(value, (float, np.floating)):
-        return "nan" if math.isnan(value) else (float(value), math.copysign(1.0, value))
+    """match.sync compares bit patterns (numba bitcasts floats to .b32/.b64): NaNs with different payloads
+    differ, -0.0 differs from 0.0 (unlike ==)."""
+    if isinstance(value, np.floating):
+        return (value.dtype.itemsize, int(value.view(_FLOAT_BITS[value.dtype])))
+    if isinstance(value, float):
+        return (8, int(np.float64(value).view(np.uint64)))
     return int(value)
 
 
 class _Rendezvous:
     """One warp collective in progress: the lanes of `mask` that have arrived with their operands."""
+
+    __slots__ = ("op", "mask", "compute", "operands", "results")
 
     def __init__(self, op: str, mask: int, compute=None):
         self.op = op
@@ -104,41 +130,42 @@ class _Rendezvous:
 
 
 class _Warp:
-    def __init__(self, lock: threading.Lock, lanes: list[int]):
-        self.cond = threading.Condition(lock)
-        self.live = set(lanes)
+    def __init__(self, index: int, lanes: list[int]):
+        self.index = index
+        self.live = set(lanes)                          # lanes that exist and have not exited
+        self.blocked = 0                                # live lanes waiting somewhere
         self.pending: list[_Rendezvous] = []
         self.activemask_calls: dict[object, _Rendezvous] = {}  # call site -> lanes waiting there
         self.seq = 0                                   # collectives completed so far
         self.history: list[tuple[int, int]] = []       # (seq, bit mask of the lanes that took part)
 
 
-def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
+def _compute(rv: _Rendezvous) -> dict[int, object]:
     """Every participating lane's result, from PTX's definitions of shfl.sync / vote.sync / match.sync."""
     ops = rv.operands
     op = rv.op
     if op == "syncwarp":
-        return {lane: None for lane in ops}
+        return dict.fromkeys(ops)
     if op in ("ballot_sync", "all_sync", "any_sync", "eq_sync"):
         bits = 0
         for lane, (pred,) in ops.items():
             if pred:
                 bits |= 1 << lane
         votes = [bool(p) for (p,) in ops.values()]
-        value = {"ballot_sync": _signed32(bits), "all_sync": all(votes), "any_sync": any(votes),
+        value = {"ballot_sync": _int32(bits), "all_sync": all(votes), "any_sync": any(votes),
                  "eq_sync": all(votes) or not any(votes)}[op]
-        return {lane: value for lane in ops}
+        return dict.fromkeys(ops, value)
     if op == "match_any_sync":
-        out = {}
-        for lane, (v,) in ops.items():
-            out[lane] = _signed32(sum(1 << other for other, (w,) in ops.items()
-                                      if _match_key(w) == _match_key(v)))
-        return out
+        groups: dict[object, int] = {}
+        keys = {lane: _match_key(v) for lane, (v,) in ops.items()}
+        for lane, key in keys.items():
+            groups[key] = groups.get(key, 0) | 1 << lane
+        return {lane: _int32(groups[key]) for lane, key in keys.items()}
     if op == "match_all_sync":
         values = [_match_key(v) for (v,) in ops.values()]
         same = all(v == values[0] for v in values)
-        present = sum(1 << lane for lane in ops)
-        return {lane: (_signed32(present) if same else 0, same) for lane in ops}
+        present = _int32(sum(1 << lane for lane in ops))
+        return {lane: (present if same else np.int32(0), same) for lane in ops}
     # shuffles: operands are (value, b); b's low five bits count (PTX bval = b[4:0])
     out = {}
     for lane, (value, b) in ops.items():
@@ -160,8 +187,81 @@ def _compute(rv: _Rendezvous, lanes_present: set[int]) -> dict[int, object]:
     return out
 
 
+class _Dim3:
+    """numba's Dim3 (x, y, z; iterable), built without a call per thread through numba's constructor."""
+
+    __slots__ = ("x", "y", "z")
+
+    def __init__(self, x, y, z):
+        self.x, self.y, self.z = x, y, z
+
+    def __iter__(self):
+        yield self.x
+        yield self.y
+        yield self.z
+
+    def __str__(self):
+        return "(%s, %s, %s)" % (self.x, self.y, self.z)
+
+    __repr__ = lambda self: "Dim3" + str(self)  # noqa: E731
+
+
+class SimThread:
+    """One simulated CUDA thread. ``threading.current_thread()`` returns it while it runs, so it also
+    answers the few questions code asks of a thread (``ident``, ``name``, ``is_alive()``)."""
+
+    def __init__(self, manager: "FastBlockManager", block_idx, thread_idx: tuple, thread_id: int):
+        self._manager = manager
+        self.blockIdx = block_idx
+        self.threadIdx = _Dim3(*thread_idx)
+        self.thread_id = thread_id
+        self.exception = None
+        self.greenlet = None
+        self.ident = manager.ident
+        self.daemon = True
+
+    @property
+    def manager(self):
+        return self._manager
+
+    @property
+    def name(self):
+        return str(self)
+
+    def is_alive(self):
+        return True
+
+    def syncthreads(self):
+        self._manager.syncthreads(self)
+
+    def syncthreads_count(self, value):
+        return self._manager.syncthreads(self, value)[0]
+
+    def syncthreads_and(self, value):
+        return self._manager.syncthreads(self, value)[1]
+
+    def syncthreads_or(self, value):
+        return self._manager.syncthreads(self, value)[2]
+
+    def __str__(self):
+        return "Thread <<<%s, %s>>>" % (self.blockIdx, self.threadIdx)
+
+
+def _annotated(e: Exception, t: SimThread) -> Exception:
+    """numba's wording: the exception again, with the thread and block in front of its message."""
+    where = "tid=%s ctaid=%s" % (list(t.threadIdx), list(t.blockIdx))
+    msg = where if str(e) == "" else f"{where}: {e}"
+    try:
+        return type(e)(msg)
+    except Exception:  # noqa: BLE001 - an exception class with another constructor: keep it as it is
+        return e
+
+
+_block_listeners: list[tuple] = []
+
+
 class FastBlockManager:
-    """Runs one thread block: same interface as numba's BlockManager, event-driven instead of polling."""
+    """Runs one thread block: same interface as numba's BlockManager, cooperative instead of polling."""
 
     def __init__(self, f, grid_dim, block_dim, debug):
         self._grid_dim = grid_dim
@@ -170,18 +270,19 @@ class FastBlockManager:
         self._debug = debug
         self.block_state = np.zeros(block_dim, dtype=np.bool_)
         self.nthreads = int(np.prod(block_dim))
-        self.lock = threading.Lock()
-        self.barrier = threading.Condition(self.lock)
-        self.done = threading.Condition(self.lock)
-        self.barrier_waiting: set = set()
         self.barrier_generation = 0
+        self.grid_point: tuple = ()
         self.live: set = set()
-        self.running = 0
-        self.error: BaseException | None = None
-        self.error_tb = None
         self.warps: dict[int, _Warp] = {}
         self.waiting_at: dict = {}  # thread -> description, for deadlock reports
-        self.grid_point: tuple = ()
+        self.ident = threading.get_ident()
+        self._barrier_waiting: list = []
+        self._barrier_values = [0, 0]   # threads with a true value, threads with any value
+        self._barrier_result = (0, 0, 0)  # count, and, or of the last completed barrier
+        self._ready: deque = deque()
+        self._error: tuple | None = None
+        self._hub = None
+        self._threads: list[SimThread] = []
 
     # --- public: for the debugger and other tools ----------------------------------------------
     def warp_seq(self, w: int) -> int:
@@ -202,241 +303,195 @@ class FastBlockManager:
                 return True
         return False
 
-    # --- called by the main thread -------------------------------------------------------------
+    # --- the scheduler (the launching thread) ---------------------------------------------------
     def run(self, grid_point, *args):
-        self._grid_point = self.grid_point = tuple(int(g) for g in grid_point)
-        threads = []
-        for block_point in np.ndindex(*self._block_dim):
-            def target():
-                self._f(*args)
-            threads.append(SimThread(target, self, grid_point, block_point, self._debug))
-        with self.lock:
-            self.live = set(threads)
-            self.running = len(threads)
-            for w in range((self.nthreads + WARP - 1) // WARP):
-                lanes = [t.thread_id % WARP for t in threads if t.thread_id // WARP == w]
-                self.warps[w] = _Warp(self.lock, lanes)
+        self.grid_point = self._grid_point = tuple(int(g) for g in grid_point)
+        bx, by, bz = self._block_dim
+        block_idx = _Dim3(*self.grid_point)
+        threads = [SimThread(self, block_idx, (x, y, z), x + bx * (y + by * z))
+                   for z in range(bz) for y in range(by) for x in range(bx)]
+        for w in range((self.nthreads + WARP - 1) // WARP):
+            self.warps[w] = _Warp(w, list(range(min(WARP, self.nthreads - w * WARP))))
+        self._threads = threads  # in thread-id order
+        self.live = set(threads)
+        self._hub = greenlet.getcurrent()
+        for t in threads:
+            t.greenlet = greenlet.greenlet(self._thread_main, self._hub)
         for start, _ in _block_listeners:
             start(self)
-        for t in threads:
-            t.start()
-        with self.lock:
-            while self.live and self.error is None:
-                self.done.wait()
-            error, tb = self.error, self.error_tb
-        if error is None:
-            for _, end in _block_listeners:
-                end(self)
-        if error is not None:
+        self._ready.extend(threads)
+        active = threading._active  # current_thread() reads it: the running simulated thread goes there
+        me = active.get(self.ident)
+        try:
+            while self._ready and self._error is None:
+                t = self._ready.popleft()
+                active[self.ident] = t
+                t.greenlet.switch(t, args)
+                active[self.ident] = me
+            if self._error is None and self.live:
+                self._report_deadlock()
+        finally:
+            if me is None:
+                active.pop(self.ident, None)
+            else:
+                active[self.ident] = me
+            for t in threads:  # threads still waiting after an error: unwind them (GreenletExit)
+                if t.greenlet:
+                    t.greenlet.throw()
+        if self._error is not None:
+            error, tb = self._error
             raise error.with_traceback(tb)
+        for _, end in _block_listeners:
+            end(self)
 
-    # --- called by simulated threads, with self.lock held ----------------------------------------
-    def _fail(self, error: BaseException, tb=None):
-        if self.error is None:
-            self.error, self.error_tb = error, tb
-        self.barrier.notify_all()
-        for warp in self.warps.values():
-            warp.cond.notify_all()
-        self.done.notify_all()
+    def _thread_main(self, t: SimThread, args):
+        try:
+            if self._debug:
+                np.seterr(divide="raise")
+            self._f(*args)
+        except Exception as e:  # noqa: BLE001 - handed to the launching thread with the thread named
+            if self._error is None:
+                self._error = (_annotated(e, t), sys.exc_info()[2])
+            return
+        self._thread_exited(t)
 
-    def _check_deadlock(self):
-        if self.running == 0 and self.live and self.error is None:
-            where: dict[str, list] = {}
-            for t in self.live:
-                where.setdefault(self.waiting_at.get(t, "?"), []).append(t)
-            lines = []
-            for what, ts in sorted(where.items()):
-                by_block_tid = sorted(t.thread_id for t in ts)
-                lines.append(f"  threads {_describe_lanes(by_block_tid)} wait in {what}")
-            self._fail(DeadlockError(
-                f"deadlock in block {self._grid_point}: every live thread is waiting and none can go on.\n"
-                + "\n".join(lines)
-                + "\nEvery lane named in a warp intrinsic's mask must reach the same call, and every "
-                  "thread of the block must reach syncthreads() (or exit)."))
-
-    def _wait(self, cond, ready, what):
-        t = threading.current_thread()
-        self.running -= 1
+    def _wait(self, t: SimThread, warp: _Warp, what: str):
+        """Mark `t` as waiting in `what`; it runs again once something puts it back in line (:meth:`_wake`)."""
         self.waiting_at[t] = what
-        self._settle_activemask(t.thread_id // WARP)
-        self._check_deadlock()
-        while not ready() and self.error is None:
-            cond.wait()
-        self.waiting_at.pop(t, None)
-        if self.error is not None and not ready():
-            raise _Aborted("aborted: another thread of the block failed")
+        warp.blocked += 1
 
-    def syncthreads(self, t):
-        with self.lock:
-            if self.error is not None:
-                raise _Aborted("aborted")
-            self.barrier_waiting.add(t)
-            generation = self.barrier_generation
-            if not self._release_barrier_if_complete():
-                self._wait(self.barrier, lambda: self.barrier_generation != generation, "syncthreads()")
+    def _yield(self, warp: _Warp):
+        """Give the turn back to the scheduler (after :meth:`_wait` and the check whether it completed)."""
+        if warp.activemask_calls:
+            self._settle_activemask(warp)
+        self._hub.switch()
 
-    def _release_barrier_if_complete(self) -> bool:
-        if self.barrier_waiting and self.barrier_waiting >= self.live:
-            # the arriving thread (if any) is still counted as running; the others wake up running
-            self.running += len(self.barrier_waiting & self.live) - (
-                1 if threading.current_thread() in self.barrier_waiting else 0)
-            self.barrier_waiting = set()
-            self.barrier_generation += 1
-            self.barrier.notify_all()
-            return True
-        return False
+    def _wake(self, t: SimThread, warp: _Warp):
+        del self.waiting_at[t]
+        warp.blocked -= 1
+        self._ready.append(t)
 
-    def collective(self, t, op: str, mask: int, *operands, compute=None):
-        if self.nthreads % WARP:
-            raise SimulatorError(
-                f"{op} needs whole warps, but this block has {self.nthreads} threads "
-                f"(not a multiple of {WARP}). Use a block size that is a multiple of 32: on a GPU the last, "
-                "partial warp's missing lanes make a full-mask warp intrinsic undefined.")
+    def _report_deadlock(self):
+        where: dict[str, list] = {}
+        for t in self.live:
+            where.setdefault(self.waiting_at.get(t, "?"), []).append(t.thread_id)
+        lines = [f"  threads {_describe_lanes(ids)} wait in {what}" for what, ids in sorted(where.items())]
+        self._error = (DeadlockError(
+            f"deadlock in block {self.grid_point}: every live thread is waiting and none can go on.\n"
+            + "\n".join(lines)
+            + "\nEvery lane named in a warp intrinsic's mask must reach the same call, and every "
+              "thread of the block must reach syncthreads() (or exit)."), None)
+
+    # --- barriers -------------------------------------------------------------------------------
+    def syncthreads(self, t: SimThread, value=None):
+        """One barrier; with a value, also its reduction (bar.red): (count, and, or) over the block."""
+        warp = self.warps[t.thread_id // WARP]
+        self._wait(t, warp, "syncthreads()")
+        self._barrier_waiting.append(t)
+        if value is not None:
+            self._barrier_values[0] += 1 if value else 0
+            self._barrier_values[1] += 1
+        self._release_barrier_if_complete()
+        self._yield(warp)
+        return self._barrier_result
+
+    def _release_barrier_if_complete(self):
+        waiting = self._barrier_waiting
+        if not waiting or len(waiting) < len(self.live):
+            return
+        true, n = self._barrier_values
+        self._barrier_result = (true, int(true == n), int(true > 0))
+        self._barrier_values = [0, 0]
+        self._barrier_waiting = []
+        self.barrier_generation += 1
+        waiting.sort(key=lambda th: th.thread_id)
+        for th in waiting:
+            self._wake(th, self.warps[th.thread_id // WARP])
+
+    # --- warp collectives -------------------------------------------------------------------------
+    def collective(self, t: SimThread, op: str, mask: int, *operands, compute=None):
         mask = int(mask) & FULL_MASK
-        lane = t.thread_id % WARP
+        w, lane = divmod(t.thread_id, WARP)
         if not mask >> lane & 1:
             raise SimulatorError(f"lane {lane} called {op} with mask {mask:#010x}, which does not include "
                                  "the lane itself (undefined on a GPU)")
-        warp = self.warps[t.thread_id // WARP]
-        with self.lock:
-            if self.error is not None:
-                raise _Aborted("aborted")
-            rv = None
-            for other in warp.pending:
-                if other.mask == mask and lane not in other.operands:
-                    rv = other
-                    break
-                if other.mask & mask and other.mask != mask and lane not in other.operands:
-                    raise SimulatorError(
-                        f"lanes of warp {t.thread_id // WARP} called warp intrinsics with overlapping "
-                        f"but different masks ({other.mask:#010x} in {other.op}, {mask:#010x} in {op}); "
-                        "all lanes named in a mask must pass the same mask")
-            if rv is None:
-                rv = _Rendezvous(op, mask, compute)
-                warp.pending.append(rv)
-            elif rv.op != op:
-                raise SimulatorError(
-                    f"lanes of warp {t.thread_id // WARP} disagree: some called {rv.op}, lane {lane} called "
-                    f"{op} with the same mask {mask:#010x}; all lanes in the mask must make the same call")
-            rv.operands[lane] = operands
-            if not self._complete_if_ready(warp, rv, arriving=True):
-                self._wait(warp.cond, lambda: rv.results is not None, f"{op}(mask={mask:#010x}) of warp "
-                           f"{t.thread_id // WARP}")
-            return rv.results[lane]
+        warp = self.warps[w]
+        rv = None
+        for other in warp.pending:
+            if other.mask == mask:
+                rv = other
+                break
+        if rv is None:
+            rv = _Rendezvous(op, mask, compute)
+            warp.pending.append(rv)
+        elif rv.op != op:
+            raise SimulatorError(
+                f"lanes of warp {w} disagree: some called {rv.op}, lane {lane} called {op} with the same "
+                f"mask {mask:#010x}; all lanes in the mask must make the same call")
+        rv.operands[lane] = operands
+        self._wait(t, warp, f"{op}(mask={mask:#010x}) of warp {w}")
+        self._complete_if_ready(warp, rv)
+        self._yield(warp)
+        return rv.results[lane]
 
-    def _complete_if_ready(self, warp: _Warp, rv: _Rendezvous, arriving: bool) -> bool:
-        required = {lane for lane in warp.live if rv.mask >> lane & 1}
-        if not required <= rv.operands.keys():
-            return False
-        rv.results = rv.compute(dict(rv.operands)) if rv.compute else _compute(rv, required)
+    def _complete_if_ready(self, warp: _Warp, rv: _Rendezvous):
+        arrived = rv.operands
+        for lane in warp.live:
+            if rv.mask >> lane & 1 and lane not in arrived:
+                return
+        rv.results = rv.compute(dict(arrived)) if rv.compute else _compute(rv)
         warp.seq += 1
-        warp.history.append((warp.seq, sum(1 << lane for lane in rv.operands)))
+        warp.history.append((warp.seq, sum(1 << lane for lane in arrived)))
         warp.pending.remove(rv)
-        self.running += len(rv.operands) - (1 if arriving else 0)
-        warp.cond.notify_all()
-        return True
+        self._wake_lanes(warp, sorted(arrived))
 
-    def activemask(self, t, site):
+    def _wake_lanes(self, warp: _Warp, lanes):
+        first = warp.index * WARP
+        for lane in lanes:
+            self._wake(self._threads[first + lane], warp)
+
+    def activemask(self, t: SimThread, site):
         """The lanes of the warp that reach this call site together: wait until every live lane of the
         warp either arrived here or waits somewhere else (or exited), as converged lanes would."""
-        warp = self.warps[t.thread_id // WARP]
-        with self.lock:
-            if self.error is not None:
-                raise _Aborted("aborted")
-            rv = warp.activemask_calls.setdefault(site, _Rendezvous("activemask", 0))
-            rv.operands[t.thread_id % WARP] = ()
-            self._wait(warp.cond, lambda: rv.results is not None, f"activemask() of warp "
-                       f"{t.thread_id // WARP}")
-            return rv.results
+        w, lane = divmod(t.thread_id, WARP)
+        warp = self.warps[w]
+        rv = warp.activemask_calls.setdefault(site, _Rendezvous("activemask", 0))
+        rv.operands[lane] = ()
+        self._wait(t, warp, f"activemask() of warp {w}")
+        self._yield(warp)
+        return rv.results
 
-    def _settle_activemask(self, w: int):
+    def _settle_activemask(self, warp: _Warp):
         """Complete the warp's pending activemask() calls once none of its live lanes is still running."""
-        warp = self.warps.get(w)
-        if warp is None or not warp.activemask_calls:
+        if warp.blocked < len(warp.live):
             return
-        waiting = {t.thread_id % WARP for t in self.barrier_waiting if t.thread_id // WARP == w}
-        for rv in warp.pending + list(warp.activemask_calls.values()):
-            waiting |= rv.operands.keys()
-        if not warp.live <= waiting:
-            return
-        for rv in warp.activemask_calls.values():
+        calls, warp.activemask_calls = warp.activemask_calls, {}
+        for rv in calls.values():
             rv.results = sum(1 << lane for lane in rv.operands)
-            self.running += len(rv.operands)
-        warp.activemask_calls = {}
-        warp.cond.notify_all()
+            self._wake_lanes(warp, sorted(rv.operands))
 
-    def thread_exited(self, t):
-        with self.lock:
-            self.live.discard(t)
-            self.running -= 1
-            if t.exception is not None and not isinstance(t.exception[0], _Aborted):
-                self._fail(t.exception[0], t.exception[1])
-            warp = self.warps.get(t.thread_id // WARP)
-            if warp is not None:
-                warp.live.discard(t.thread_id % WARP)
-                for rv in list(warp.pending):
-                    if rv.operands:
-                        self._complete_if_ready(warp, rv, arriving=False)
-            self._release_barrier_if_complete()
-            self._settle_activemask(t.thread_id // WARP)
-            self._check_deadlock()
-            if not self.live:
-                self.done.notify_all()
+    def _thread_exited(self, t: SimThread):
+        self.live.discard(t)
+        w, lane = divmod(t.thread_id, WARP)
+        warp = self.warps[w]
+        warp.live.discard(lane)
+        for rv in list(warp.pending):
+            self._complete_if_ready(warp, rv)
+        self._release_barrier_if_complete()
+        if warp.activemask_calls:
+            self._settle_activemask(warp)
 
 
-def _simthread_class():
-    from numba.cuda.simulator.kernel import BlockThread
-
-    class SimThread(BlockThread):
-        """A simulated CUDA thread whose barrier and exit are reported to the FastBlockManager."""
-
-        @property
-        def manager(self):
-            return self._manager
-
-        def run(self):
-            try:
-                super().run()
-            finally:
-                self._manager.thread_exited(self)
-
-        def syncthreads(self):
-            self._manager.syncthreads(self)
-
-    return SimThread
-
-
-SimThread = None  # set by install()
-
-
-def _intrinsic(op, nargs):
-    def call(*args):
-        if len(args) != nargs:
-            raise TypeError(f"cuda.{op} takes {nargs} arguments ({len(args)} given)")
-        t = threading.current_thread()
-        manager = getattr(t, "_manager", None)
-        if not isinstance(manager, FastBlockManager):
-            raise SimulatorError(f"cuda.{op} can only be called inside a kernel")
-        return manager.collective(t, op, *args)
-
-    call.__name__ = op
-    return call
-
-
-_syncwarp_call = _intrinsic("syncwarp", 1)
-
-_block_listeners: list[tuple] = []
+# --- the public functions -----------------------------------------------------------------------------
+def current_thread() -> SimThread | None:
+    """The simulated CUDA thread running now, or None outside a kernel."""
+    t = threading.current_thread()
+    return t if type(t) is SimThread else None
 
 
 def add_block_listener(start, end):
     """Call ``start(manager)`` before each block's threads run and ``end(manager)`` after they finished."""
     _block_listeners.append((start, end))
-
-
-def current_thread():
-    """The simulated CUDA thread running now, or None outside a kernel."""
-    t = threading.current_thread()
-    return t if isinstance(getattr(t, "_manager", None), FastBlockManager) else None
 
 
 def warp_collective(op: str, mask: int, operands: tuple, compute):
@@ -448,6 +503,28 @@ def warp_collective(op: str, mask: int, operands: tuple, compute):
     return t._manager.collective(t, op, mask, *operands, compute=compute)
 
 
+# --- the intrinsics -----------------------------------------------------------------------------------
+def _inside(op: str) -> SimThread:
+    t = threading.current_thread()
+    if type(t) is not SimThread:
+        raise SimulatorError(f"cuda.{op} can only be called inside a kernel")
+    return t
+
+
+def _intrinsic(op, nargs):
+    def call(*args):
+        if len(args) != nargs:
+            raise TypeError(f"cuda.{op} takes {nargs} arguments ({len(args)} given)")
+        t = _inside(op)
+        return t._manager.collective(t, op, *args)
+
+    call.__name__ = op
+    return call
+
+
+_syncwarp_call = _intrinsic("syncwarp", 1)
+
+
 def _syncwarp(mask=FULL_MASK):
     return _syncwarp_call(mask)
 
@@ -456,16 +533,13 @@ def _activemask():
     """Lanes of the calling warp that reach the same call (same code position) while none of the warp's
     other live lanes is still running: in converged code the full warp minus the lanes that exited; in a
     divergent branch the lanes of that branch."""
-    t = threading.current_thread()
-    manager = getattr(t, "_manager", None)
-    if not isinstance(manager, FastBlockManager):
-        raise SimulatorError("cuda.activemask can only be called inside a kernel")
+    t = _inside("activemask")
     caller = sys._getframe(1)
-    return manager.activemask(t, (caller.f_code, caller.f_lasti))
+    return t._manager.activemask(t, (caller.f_code, caller.f_lasti))
 
 
 def _lanemask_lt():
-    return (1 << (threading.current_thread().thread_id % WARP)) - 1
+    return (1 << (_inside("lanemask_lt").thread_id % WARP)) - 1
 
 
 INTRINSICS = {
@@ -490,8 +564,10 @@ def _reject_negative(index):
     for i in idx:
         if isinstance(i, (int, np.integer)) and i < 0:
             raise IndexError(
-                f"negative index {index} into a global array: on a GPU this reads or writes outside the "
-                "array (numpy would silently wrap it to the end)")
+                f"negative index {index} into a global array. numba's compiled code would wrap it like numpy "
+                "(a[-1] is the last element), but in a kernel a negative index is almost always an index "
+                "computed below zero, so the book's simulator refuses it on purpose; write a[n - 1] if you "
+                "mean the last element")
 
 
 def _guard_negative_indices():
@@ -500,11 +576,13 @@ def _guard_negative_indices():
     get, put = FakeWithinKernelCUDAArray.__getitem__, FakeWithinKernelCUDAArray.__setitem__
 
     def __getitem__(self, idx):
-        _reject_negative(idx)
+        if not (type(idx) is int and idx >= 0):  # the common case, checked first: one comparison
+            _reject_negative(idx)
         return get(self, idx)
 
     def __setitem__(self, idx, val):
-        _reject_negative(idx)
+        if not (type(idx) is int and idx >= 0):
+            _reject_negative(idx)
         put(self, idx, val)
 
     FakeWithinKernelCUDAArray.__getitem__ = __getitem__
@@ -516,7 +594,7 @@ _installed = False
 
 def install():
     """Add the intrinsics and the scheduler to the simulator (idempotent). Only valid in simulator mode."""
-    global _installed, SimThread
+    global _installed
     if _installed:
         return
     import numba_cuda
@@ -531,14 +609,9 @@ def install():
     from numba import cuda
     from numba.cuda.simulator import kernel, kernelapi
 
-    SimThread = _simthread_class()
-    globals()["SimThread"] = SimThread
     kernel.BlockManager = FastBlockManager
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
     _guard_negative_indices()
-    # With event-driven barriers the default GIL switch interval is the fast one (measured: 4 blocks of
-    # 256 threads with 9 barriers each take 1.0 s at 5 ms, 2.0 s at 0.1 ms; numba's polling scheduler 2.1 s).
-    sys.setswitchinterval(5e-3)
     _installed = True

@@ -28,6 +28,7 @@ if not _numba_config.ENABLE_CUDASIM:  # numba.cuda was imported in GPU mode by a
     pytest.skip("numba.cuda was already imported with the simulator off", allow_module_level=True)
 
 from lib import simulator  # noqa: E402
+from lib.gpucompile import simulator_only  # noqa: E402  (kernels that look at Python objects)
 from numba.cuda import shfl_down_sync as imported_shfl_down_sync  # noqa: E402  (needs lib first)
 
 FULL = 0xFFFFFFFF
@@ -473,9 +474,10 @@ def test_votes_with_mixed_predicates():
 
 
 def test_vote_result_types():
-    """all/any/eq return booleans, ballot an int equal to a signed int32 (simulator only: Python types)."""
+    """all/any/eq return booleans, ballot a numpy int32 as numba types it (simulator only: Python types)."""
     seen = []
 
+    @simulator_only
     @cuda.jit
     def k():
         lane = cuda.threadIdx.x % 32
@@ -486,7 +488,7 @@ def test_vote_result_types():
 
     launch(k, 1, 64)
     (ballot, all_, any_, eq), = seen
-    assert ballot == -1
+    assert ballot == -1 and type(ballot) is np.int32
     assert all_ is True and any_ is False and eq is False
 
 
@@ -527,21 +529,50 @@ def test_match_any_and_match_all(dtype):
             assert all_pred[g] == int(same), (w, ln)
 
 
-def test_match_compares_bit_patterns():
-    """match.sync compares bits: NaN matches NaN, -0.0 does not match 0.0 (Python's == says otherwise)."""
-    x = np.full(32, np.nan, np.float32)
-    x[1], x[2] = -0.0, 0.0
+@pytest.mark.parametrize("dtype,bits", [(np.float32, np.uint32), (np.float64, np.uint64)])
+def test_match_compares_bit_patterns(dtype, bits):
+    """match.sync compares bits (numba bitcasts the float): NaNs with different payloads differ, equal
+    payloads match, -0.0 does not match 0.0 (Python's == says otherwise on both counts)."""
+    width = np.dtype(dtype).itemsize * 8
+    sign = 1 << (width - 1)
+    nan = (0x7FF << 52 | 1 << 51) if width == 64 else (0xFF << 23 | 1 << 22)  # a quiet NaN's bits
+    groups = [nan, nan | 1, nan | sign, 0, sign]  # NaN, NaN with another payload, -NaN, +0.0, -0.0
+    x = np.zeros(32, dtype)
+    xb = x.view(bits)
+    for lane in range(32):
+        xb[lane] = groups[min(lane // 4, 4)]
+    assert np.isnan(x[:12]).all() and x[12] == x[20] == 0.0
     any_out = np.zeros(32, np.int64)
     all_out = np.zeros(32, np.int64)
     all_pred = np.zeros(32, np.int64)
     launch(match_kernel, 1, 32, x, any_out, all_out, all_pred)
-    nan_lanes = as_i32(FULL & ~0b110)
-    assert any_out[0] == nan_lanes and any_out[31] == nan_lanes
-    assert any_out[1] == 0b010 and any_out[2] == 0b100
-    assert (all_pred == 0).all()
-    x[:] = np.nan
+    for lane in range(32):
+        g = min(lane // 4, 4)
+        expected = sum(1 << other for other in range(32) if min(other // 4, 4) == g)
+        assert any_out[lane] == as_i32(expected), (lane, hex(expected))
+    assert (all_pred == 0).all() and (all_out == 0).all()
+    xb[:] = nan | 1  # one NaN payload everywhere: all match
     launch(match_kernel, 1, 32, x, any_out, all_out, all_pred)
     assert (any_out == -1).all() and (all_out == -1).all() and (all_pred == 1).all()
+
+
+@cuda.jit
+def masks_into_uint32_kernel(x, out):
+    i = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    out[0, i] = cuda.ballot_sync(FULL, lane == 31)
+    out[1, i] = cuda.match_any_sync(FULL, x[i])
+    m, p = cuda.match_all_sync(FULL, x[i])
+    out[2, i] = m
+
+
+def test_ballot_and_match_results_store_into_uint32_arrays():
+    """numba types these results int32; storing one into a uint32 array keeps its bits (the review's D3:
+    a negative Python int raised OverflowError)."""
+    x = np.zeros(32, np.int32)
+    out = np.zeros((3, 32), np.uint32)
+    launch(masks_into_uint32_kernel, 1, 32, x, out)
+    assert (out[0] == 0x80000000).all() and (out[1] == 0xFFFFFFFF).all() and (out[2] == 0xFFFFFFFF).all()
 
 
 # ---- syncwarp, lanemask_lt, activemask ----------------------------------------------------------
@@ -688,12 +719,37 @@ def any_shfl_kernel(x, out):
     out[i] = cuda.shfl_down_sync(FULL, x[i], 1)
 
 
-def test_block_size_not_a_multiple_of_32_is_a_clear_error():
+def test_block_size_not_a_multiple_of_32_works_and_missing_lanes_count_as_exited():
+    """48 threads: the last warp has lanes 0-15 only. A full mask waits for the lanes that exist (as on the
+    hardware: numba's own GPU tests shuffle and match in blocks of 10 threads); reading a missing lane
+    is undefined, so lane 15 of the last warp gets the poison."""
     x = np.arange(48, dtype=np.float32)
-    err, elapsed = launch_error(any_shfl_kernel, 1, 48, x, np.zeros(48, np.float32), timeout=15)
-    assert isinstance(err, simulator.SimulatorError), repr(err)
-    assert "multiple of 32" in str(err)
-    assert elapsed < 10
+    out = np.zeros(48, np.float32)
+    launch(any_shfl_kernel, 1, 48, x, out)
+    np.testing.assert_array_equal(out[:31], x[1:32])
+    assert out[31] == x[31]                          # lane 31 + 1 is out of range: keeps its own value
+    np.testing.assert_array_equal(out[32:47], x[33:48])
+    assert np.isnan(out[47])                         # lane 16 of the last warp does not exist
+
+
+@cuda.jit
+def small_block_reduce_kernel(x, out):
+    i = cuda.threadIdx.x
+    v = x[i]
+    v += cuda.shfl_down_sync(0xFF, v, 4)
+    v += cuda.shfl_down_sync(0xFF, v, 2)
+    v += cuda.shfl_down_sync(0xFF, v, 1)
+    out[i] = v
+    out[8 + i] = cuda.ballot_sync(0xFF, i % 3 == 0)
+
+
+def test_eight_thread_block_with_a_mask_of_existing_lanes():
+    """GPU-Puzzles' size: a block of 8 threads reducing with mask 0xFF."""
+    x = np.arange(1, 9, dtype=np.int64)
+    out = np.zeros(16, np.int64)
+    launch(small_block_reduce_kernel, 1, 8, x, out)
+    assert out[0] == x.sum()
+    assert (out[8:] == 0b01001001).all()
 
 
 @cuda.jit
@@ -757,8 +813,63 @@ def mask_without_self_kernel(x, out):
     out[i] = cuda.shfl_sync(0x0000FFFF, x[i], 0)  # lanes 16-31 are not in their own mask
 
 
+def test_a_lane_at_a_later_collective_with_another_mask_waits():
+    """Lanes 16-31 finish their own shuffle (mask 0xFFFF0000) and exit; the full-mask shuffle of lanes 0-15
+    then waits only for the lanes that have not exited (PTX: "all non-exited threads")."""
+    x = np.arange(64, dtype=np.float64)
+    out = np.zeros(64)
+    launch(mismatched_mask_kernel, 1, 64, x, out)
+    lane = np.arange(64) % 32
+    np.testing.assert_array_equal(out, np.where(lane < 16, x - lane, x - lane + 16))
+
+
+@cuda.jit
+def branch_then_converged_kernel(x, out, high):
+    i = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    v = x[i]
+    if (lane >= 16) == (high == 1):
+        mask = 0xFFFF0000 if high == 1 else 0x0000FFFF
+        cuda.syncwarp(mask)
+        v = cuda.shfl_sync(mask, v, 16 if high == 1 else 0)
+    cuda.syncwarp(FULL)
+    out[i] = cuda.shfl_sync(FULL, v, 31) + cuda.shfl_xor_sync(FULL, v, 1)
+
+
+@pytest.mark.parametrize("high", [0, 1])
+def test_partial_mask_in_a_branch_then_full_mask_after_it(high):
+    """The review's D1: this is legal CUDA whichever half takes the branch; it used to raise a false
+    "overlapping but different masks" error when the upper half did."""
+    x = np.arange(64, dtype=np.float64) * 3
+    out = np.zeros(64)
+    launch(branch_then_converged_kernel, 1, 64, x, out, high)
+    lane = np.arange(64) % 32
+    base = np.arange(64) - lane
+    taken = (lane >= 16) == (high == 1)
+    v = np.where(taken, x[base + (16 if high else 0)], x)
+    expected = v[base + 31] + v[np.arange(64) ^ 1]
+    np.testing.assert_array_equal(out, expected)
+
+
+@cuda.jit
+def overlapping_masks_deadlock_kernel(x, out):
+    i = cuda.grid(1)
+    if cuda.threadIdx.x % 32 < 16:
+        out[i] = cuda.shfl_sync(FULL, x[i], 0)
+    else:
+        out[i] = cuda.shfl_sync(0xFFFF0000, x[i], 16)
+        cuda.syncthreads()  # lanes 16-31 never reach the full-mask shuffle and never exit
+
+
+def test_overlapping_masks_that_never_meet_are_a_deadlock_naming_both():
+    x = np.arange(64, dtype=np.float64)
+    err, elapsed = launch_error(overlapping_masks_deadlock_kernel, 1, 64, x, np.zeros(64), timeout=15)
+    assert isinstance(err, simulator.DeadlockError), repr(err)
+    assert "shfl_sync(mask=0xffffffff)" in str(err) and "syncthreads()" in str(err), str(err)
+    assert elapsed < 5
+
+
 @pytest.mark.parametrize("kernel,words", [
-    (mismatched_mask_kernel, ["different masks"]),
     (mismatched_op_kernel, ["shfl_down_sync", "ballot_sync"]),
     (mask_without_self_kernel, ["does not include"]),
 ])
@@ -788,6 +899,7 @@ def test_negative_global_index_raises_index_error():
     x = np.arange(32, dtype=np.float32)
     err, _ = launch_error(negative_read_kernel, 1, 32, x, np.zeros(32, np.float32), timeout=15)
     assert isinstance(err, IndexError) and "negative index" in str(err)
+    assert "wrap it like numpy" in str(err) and "on purpose" in str(err)  # says what a GPU would do
     err, _ = launch_error(negative_write_kernel, 1, 32, x, np.zeros((32, 2), np.float32), timeout=15)
     assert isinstance(err, IndexError) and "negative index" in str(err)
     # positive indices still work (and the guard does not break slicing-free 2-D access)
@@ -897,6 +1009,7 @@ def test_syncthreads_count_and_or():
 
 # ---- importing an intrinsic by name --------------------------------------------------------------
 def test_from_numba_cuda_import_shfl_down_sync():
+    @simulator_only  # an import inside a kernel: numba cannot compile that for a GPU
     @cuda.jit
     def k(x, out):
         from numba.cuda import shfl_down_sync
@@ -931,22 +1044,11 @@ def test_poison_from_python_int_values_fits_int32_arrays():
 # --------------------------------------------------------------------------------------------------
 # public API for the debugger and other tools
 # --------------------------------------------------------------------------------------------------
-@pytest.fixture
-def simulator_only():
-    """These kernels call lib.simulator's Python API, which a GPU cannot compile: no GPU-compile check."""
-    from lib import gpucompile
-
-    was_on = gpucompile._handle is not None
-    gpucompile.uninstall()
-    yield
-    if was_on:
-        gpucompile.install()
-
-
 def test_current_thread_is_none_outside_a_kernel():
     assert simulator.current_thread() is None
 
 
+@simulator_only  # it calls lib.simulator's Python API
 @cuda.jit
 def _api_probe(out, seqs):
     t = simulator.current_thread()
@@ -964,7 +1066,7 @@ def _api_probe(out, seqs):
     seqs[t.blockIdx.x, i, 2] = 1 if m.ordered_by_warp(i // 32, m.warp_seq(i // 32), 0, 31) else 0
 
 
-def test_current_thread_and_manager_state(simulator_only):
+def test_current_thread_and_manager_state():
     out = np.zeros((2, 64, 3), np.int64)
     seqs = np.zeros((2, 64, 3), np.int64)
     launch(_api_probe, 2, 64, out, seqs)
@@ -979,6 +1081,7 @@ def _sum_of_lanes(ops):
     return {lane: (total, sorted(ops)) for lane in ops}
 
 
+@simulator_only
 @cuda.jit
 def _generic_collective(out, lanes_seen):
     i = cuda.threadIdx.x
@@ -989,7 +1092,7 @@ def _generic_collective(out, lanes_seen):
     lanes_seen[i] = len(lanes)
 
 
-def test_warp_collective_runs_compute_once_over_the_arrived_lanes(simulator_only):
+def test_warp_collective_runs_compute_once_over_the_arrived_lanes():
     out = np.zeros(64, np.int64)
     seen = np.zeros(64, np.int64)
     launch(_generic_collective, 1, 64, out, seen)
@@ -997,7 +1100,7 @@ def test_warp_collective_runs_compute_once_over_the_arrived_lanes(simulator_only
     assert (out[32:40] == sum(range(32, 40))).all() and (seen[32:40] == 8).all()
 
 
-def test_block_listener_sees_every_block_start_and_end(simulator_only):
+def test_block_listener_sees_every_block_start_and_end():
     events = []
     simulator.add_block_listener(lambda m: events.append(("start", m.grid_point)),
                                  lambda m: events.append(("end", m.grid_point)))
@@ -1006,3 +1109,67 @@ def test_block_listener_sees_every_block_start_and_end(simulator_only):
     finally:
         simulator._block_listeners.pop()
     assert events == [("start", (0, 0, 0)), ("end", (0, 0, 0)), ("start", (1, 0, 0)), ("end", (1, 0, 0))]
+
+
+# --------------------------------------------------------------------------------------------------
+# the cooperative scheduler: async stop, deterministic order, the launching thread restored
+# --------------------------------------------------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+@cuda.jit
+def spin_kernel(flag):
+    if cuda.threadIdx.x == 3:
+        while flag[0] == 0:  # never ends: only an exception from outside stops it
+            pass
+    cuda.syncthreads()
+
+
+def _runs_in(th, function_name):
+    frame = sys._current_frames().get(th.ident)
+    while frame is not None:
+        if frame.f_code.co_name == function_name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_an_async_exception_stops_a_kernel_stuck_in_a_loop():
+    """The grader's time limit raises an exception in the launching thread (PyThreadState_SetAsyncExc)."""
+    import ctypes
+
+    box = {}
+
+    def target():
+        try:
+            spin_kernel[1, 64](np.zeros(1, np.int32))
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+        box["after"] = threading.current_thread()
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 20
+    while not _runs_in(th, "spin_kernel") and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the kernel itself spins (the launch's checks come first)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(th.ident), ctypes.py_object(_Stop))
+    th.join(10)
+    assert not th.is_alive(), "the kernel did not stop"
+    assert isinstance(box["error"], _Stop) and "tid=[3, 0, 0]" in str(box["error"]), repr(box["error"])
+    assert box["after"] is th  # threading.current_thread() is the real thread again
+    assert simulator.current_thread() is None
+
+
+def test_schedule_is_thread_id_order_and_deterministic():
+    order = []
+
+    @simulator_only
+    @cuda.jit
+    def k():
+        order.append((0, simulator.current_thread().thread_id))
+        cuda.syncthreads()
+        order.append((1, simulator.current_thread().thread_id))
+
+    launch(k, 1, (4, 2, 2))
+    assert order == [(phase, t) for phase in range(2) for t in range(16)]
