@@ -1,25 +1,45 @@
 """The grader's split API: plan sizes, prepare a case, execute it, judge it.
 
 Instructor mode runs the student's function in a sandboxed process and computes the verdict in the grader's
-own process; ``grade()`` composes the same four steps in one process. The pieces:
+own process; ``grade()`` composes the same four steps in one process::
+
+    planner = plan(ex, seed, on_gpu=lib.ON_GPU)                 # trusted process
+    rng = np.random.default_rng(seed)
+    results = []
+    for size in planner:
+        case = prepare_case(ex, size, rng)                      # trusted: inputs + float64 reference
+        execution = execute_case(fn, case.public())             # student's process (no reference in reach)
+        #   ... across processes: np.savez(f, **execution.to_arrays()); Execution.from_arrays(np.load(f,
+        #   allow_pickle=False)): numpy arrays and JSON only
+        results.append(judge(case, execution, planner.history))  # trusted: validates, compares, diagnoses
+        planner.observe(size, execution.launches, execution.seconds)
+    report = verdict(ex.id, seed, results, len(planner.planned), notes=planner.notes)   # lib.grader.report
+
+The pieces:
 
 * :func:`plan` -> :class:`Planner`: which sizes to check. It starts from the exercise's fixed sizes (a size
-  of 1, ragged ones), watches the student's launches (:meth:`Planner.observe`), and grows the size until
-  the checks span at least three blocks of whatever the student launches, and past the reach of any launch
-  that does not grow with the input, within a time budget (about 30 s on the simulator).
+  of 1, ragged ones, plus ``extra_sizes``; ``secret=True`` jitters them from the seed), watches the student's
+  launches (:meth:`Planner.observe`), and on the simulator grows the size until the checks span at least
+  three blocks of whatever the student launches, and past the reach of any launch that does not grow with
+  the input, within a time budget (SIM_BUDGET_S); what it could not reach goes to :attr:`Planner.notes`.
+  Iterate it lazily: the next size depends on the last observation.
 * :func:`prepare_case` -> :class:`Case`: inputs (float32 numpy arrays) and the float64 reference. Only
   :meth:`Case.public` (exercise, size, inputs, output shape) goes to the student's process.
 * :func:`execute_case` -> :class:`Execution` (the student's process): copies the inputs to the device, fills
-  the output with NaN, calls ``fn(*inputs, out)``, and returns plain data: the outputs, the inputs as they
-  were afterwards, the launches, the exception text if it raised. When NaN comes back it runs again with
-  another fill (:data:`SENTINEL`), so the judge can tell "never written" from "computed NaN" and from
-  "added into the output without setting it first". :meth:`Execution.to_arrays` / :meth:`from_arrays`
-  serialise it (numpy arrays and JSON, no pickle).
-* :func:`judge` -> :class:`CaseResult` (the trusted process): validates the execution (types, shapes,
-  dtypes: it may come from an untrusted process), requires a kernel of the student's own, checks the inputs
-  were left alone, compares with a tolerance from error analysis (:mod:`lib.check`), and diagnoses: unwritten
-  elements, NaN/inf computed, a launch that does not grow with the input, or a known mistake when the
-  output equals what a :class:`lib.exercises.Variant` produces.
+  the output with NaN, calls ``fn(*inputs, out)`` with its launches recorded (:mod:`lib.launches`), and
+  returns plain data: the outputs, the inputs as they were afterwards, the launches (:func:`launch_record`
+  dicts), the exception text if it raised. When NaN comes back it runs again with another fill
+  (:data:`SENTINEL`), so the judge can tell "never written" from "computed NaN" and from "added into the
+  output without setting it first".
+* :func:`judge` (case, execution, history) -> :class:`CaseResult` (the trusted process). `history` is
+  ``Planner.history``, the earlier sizes' launches, to recognise a launch that does not grow with the input.
+  It validates the execution (outcome, types, shapes, dtypes, launch records: it may come from an untrusted
+  process; a malformed one fails the case), requires a kernel of the student's own (a launch whose kernel is
+  not from the book's kernels/ or lib/), checks the inputs were left alone, compares with a tolerance from
+  error analysis (:mod:`lib.check`) and diagnoses: unwritten elements, NaN/inf computed, a launch that does
+  not grow with the input, swapped x/y, or a known mistake when the output equals what a
+  :class:`lib.exercises.Variant` produces. Launch records from an untrusted process are its own claims: they
+  can make a check fail or loosen the error model's structure, not make wrong outputs pass.
 """
 from __future__ import annotations
 
@@ -35,7 +55,8 @@ from ..check import compare, hint
 from ..exercises import EXERCISES, Exercise, variants
 
 SENTINEL = np.float32(-1234.5677)   # the second fill: finite, with an ulp small enough that adding to it shows
-SIM_BUDGET_S = 30.0                 # the planner grows sizes while the predicted total stays under this
+SIM_BUDGET_S = 25.0                 # the planner grows sizes while the predicted total stays under this
+PREDICTION_MARGIN = 1.5             # time grows faster than the size on the simulator (more launches, levels)
 MIN_BLOCKS = 3                      # the checks span at least this many blocks of the student's largest launch
 LAUNCH_KEYS = ("name", "module", "qualname", "grid", "block", "shared_bytes", "book")
 MAX_LAUNCHES = 10_000               # more than this in one case is refused as malformed
@@ -146,8 +167,8 @@ class Planner:
     ``for size in planner: ...; planner.observe(size, launches, seconds)``. The fixed sizes come first; on
     the simulator it then grows the last size (the exercise's parallel dimensions times a factor) while
     (a) the largest launch has fewer than MIN_BLOCKS blocks, or (b) a launch kept the same grid and block
-    at every size and the work has not yet reached MIN_BLOCKS times its threads (or 1.5 times its threads
-    times the elements per block of a launch that grows, for a second pass over per-block partials); it
+    at every size and the work has not yet reached MIN_BLOCKS times its threads (or 1.1 times its threads
+    times the elements per block of a launch that grows: more partials than a one-block second pass has threads); it
     stops when the next size's predicted time would exceed the budget, and says so in :attr:`notes`.
     """
 
@@ -198,7 +219,7 @@ class Planner:
         spent = sum(h[2] for h in self.history)
         while factor >= 1.5:
             bigger = self.ex.grow(size, factor)
-            predicted = seconds * math.prod(bigger) / max(math.prod(size), 1)
+            predicted = PREDICTION_MARGIN * seconds * math.prod(bigger) / max(math.prod(size), 1)
             if spent + predicted <= self.budget_s:
                 self._steps += 1
                 return bigger
@@ -225,7 +246,7 @@ class Planner:
         growing = [r for r in launches if _config(r) not in {_config(f) for f in fixed}]
         per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
         for r in fixed:
-            need = max(MIN_BLOCKS * launch_threads(r), 1.5 * launch_threads(r) * per_block if growing else 0)
+            need = max(MIN_BLOCKS * launch_threads(r), 1.1 * launch_threads(r) * per_block if growing else 0)
             if units < need:
                 factor = max(factor, need / units)
         if factor <= 1.0:
