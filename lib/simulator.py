@@ -283,6 +283,7 @@ class FastBlockManager:
         self._error: tuple | None = None
         self._hub = None
         self._threads: list[SimThread] = []
+        self._active = threading._active  # current_thread() reads it: the running simulated thread goes there
 
     # --- public: for the debugger and other tools ----------------------------------------------
     def warp_seq(self, w: int) -> int:
@@ -320,13 +321,13 @@ class FastBlockManager:
         for start, _ in _block_listeners:
             start(self)
         self._ready.extend(threads)
-        active = threading._active  # current_thread() reads it: the running simulated thread goes there
+        active = self._active
         me = active.get(self.ident)
         try:
             while self._ready and self._error is None:
                 t = self._ready.popleft()
                 active[self.ident] = t
-                t.greenlet.switch(t, args)
+                t.greenlet.switch(t, args)  # returns when a thread exits, or when nobody is ready
                 active[self.ident] = me
             if self._error is None and self.live:
                 self._report_deadlock()
@@ -361,10 +362,17 @@ class FastBlockManager:
         warp.blocked += 1
 
     def _yield(self, warp: _Warp):
-        """Give the turn back to the scheduler (after :meth:`_wait` and the check whether it completed)."""
+        """Give the turn to the next thread in line (after :meth:`_wait` and the check whether what `t`
+        waits for completed); straight to it, not through the scheduler's loop: half the switches."""
         if warp.activemask_calls:
             self._settle_activemask(warp)
-        self._hub.switch()
+        ready = self._ready
+        if ready and ready[0].greenlet:  # started: switch to it where it waits
+            t = ready.popleft()
+            self._active[self.ident] = t
+            t.greenlet.switch()
+        else:  # a thread's first start is the scheduler's (a greenlet started here would inherit this one's
+            self._hub.switch()  # Python recursion depth), as are the end and a deadlock
 
     def _wake(self, t: SimThread, warp: _Warp):
         del self.waiting_at[t]
@@ -570,23 +578,60 @@ def _reject_negative(index):
                 "mean the last element")
 
 
-def _guard_negative_indices():
-    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
+_INTEGERS = (int, np.integer)
 
-    get, put = FakeWithinKernelCUDAArray.__getitem__, FakeWithinKernelCUDAArray.__setitem__
+
+def _global_element_access():
+    """Global array accesses inside kernels: refuse negative indices, and go straight to the numpy array
+    (numba's wrapper goes through three Python calls per element, most of a loop-heavy kernel's time)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+
+    def check(idx):
+        if type(idx) is tuple:
+            for i in idx:
+                if isinstance(i, _INTEGERS) and i < 0:
+                    _reject_negative(idx)
+        elif isinstance(idx, _INTEGERS) and idx < 0:
+            _reject_negative(idx)
 
     def __getitem__(self, idx):
-        if not (type(idx) is int and idx >= 0):  # the common case, checked first: one comparison
-            _reject_negative(idx)
-        return get(self, idx)
+        check(idx)
+        item = self._item
+        ret = item._ary[idx]
+        if type(ret) is np.ndarray or type(ret) is np.void:  # a view (slice, record): wrapped as numba does
+            return FakeWithinKernelCUDAArray(FakeCUDAArray(ret, stream=item.stream))
+        return ret
 
     def __setitem__(self, idx, val):
-        if not (type(idx) is int and idx >= 0):
-            _reject_negative(idx)
-        put(self, idx, val)
+        check(idx)
+        self._item._ary[idx] = val
 
     FakeWithinKernelCUDAArray.__getitem__ = __getitem__
     FakeWithinKernelCUDAArray.__setitem__ = __setitem__
+
+
+def _fast_static_shared_arrays():
+    """numba keys a static shared array by its caller's (file, line) through traceback.extract_stack, about
+    a fifth of a barrier kernel's time here; the same key straight from the caller's frame."""
+    from numba.core import types
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+    from numba.np import numpy_support
+
+    numba_array = FakeCUDAShared.array
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory, or numba's refusal of alignment
+            return numba_array(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        res = self._allocations.get(key)
+        if res is None:
+            if isinstance(dtype, types.Type):
+                dtype = numpy_support.as_dtype(dtype)
+            res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    FakeCUDAShared.array = array
 
 
 _installed = False
@@ -613,5 +658,6 @@ def install():
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
-    _guard_negative_indices()
+    _global_element_access()
+    _fast_static_shared_arrays()
     _installed = True
