@@ -22,6 +22,7 @@ import builtins  # noqa: E402
 import importlib  # noqa: E402
 import linecache  # noqa: E402
 import pickle  # noqa: E402
+import signal  # noqa: E402
 import struct  # noqa: E402
 import textwrap  # noqa: E402
 import types  # noqa: E402
@@ -200,6 +201,7 @@ def _compile(request):
 
 
 def main():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this process if needed
     sys.path.insert(0, ROOT)
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever numba or the book prints goes to the log, never into the protocol

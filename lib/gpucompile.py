@@ -285,18 +285,23 @@ class _Helper:
         try:
             self.proc.stdin.write(struct.pack(">I", len(data)) + data)
             self.proc.stdin.flush()
+            answer = self._read(COMPILE_TIMEOUT_S)
         except OSError:
-            self.close()
+            self.close(kill=True)
             return {"internal": "the helper process stopped"}
-        answer = self._read(COMPILE_TIMEOUT_S)
+        except BaseException:  # e.g. Ctrl-C while it compiles: its answer would be read by the next request
+            self.close(kill=True)
+            raise
         if answer is None:
-            self.close()
+            self.close(kill=True)
             return {"internal": f"no answer from the helper process in {COMPILE_TIMEOUT_S} s"}
         return answer
 
-    def close(self):
+    def close(self, kill: bool = False):
         if self.proc is not None and self.pid == os.getpid():
             try:
+                if kill:
+                    self.proc.kill()
                 self.proc.stdin.close()
                 self.proc.wait(timeout=5)
             except Exception:
