@@ -529,52 +529,6 @@ def test_match_any_and_match_all(dtype):
             assert all_pred[g] == int(same), (w, ln)
 
 
-@pytest.mark.parametrize("dtype,bits", [(np.float32, np.uint32), (np.float64, np.uint64)])
-def test_match_compares_bit_patterns(dtype, bits):
-    """match.sync compares bits (numba bitcasts the float): NaNs with different payloads differ, equal
-    payloads match, -0.0 does not match 0.0 (Python's == says otherwise on both counts)."""
-    width = np.dtype(dtype).itemsize * 8
-    sign = 1 << (width - 1)
-    nan = (0x7FF << 52 | 1 << 51) if width == 64 else (0xFF << 23 | 1 << 22)  # a quiet NaN's bits
-    groups = [nan, nan | 1, nan | sign, 0, sign]  # NaN, NaN with another payload, -NaN, +0.0, -0.0
-    x = np.zeros(32, dtype)
-    xb = x.view(bits)
-    for lane in range(32):
-        xb[lane] = groups[min(lane // 4, 4)]
-    assert np.isnan(x[:12]).all() and x[12] == x[20] == 0.0
-    any_out = np.zeros(32, np.int64)
-    all_out = np.zeros(32, np.int64)
-    all_pred = np.zeros(32, np.int64)
-    launch(match_kernel, 1, 32, x, any_out, all_out, all_pred)
-    for lane in range(32):
-        g = min(lane // 4, 4)
-        expected = sum(1 << other for other in range(32) if min(other // 4, 4) == g)
-        assert any_out[lane] == as_i32(expected), (lane, hex(expected))
-    assert (all_pred == 0).all() and (all_out == 0).all()
-    xb[:] = nan | 1  # one NaN payload everywhere: all match
-    launch(match_kernel, 1, 32, x, any_out, all_out, all_pred)
-    assert (any_out == -1).all() and (all_out == -1).all() and (all_pred == 1).all()
-
-
-@cuda.jit
-def masks_into_uint32_kernel(x, out):
-    i = cuda.grid(1)
-    lane = cuda.threadIdx.x % 32
-    out[0, i] = cuda.ballot_sync(FULL, lane == 31)
-    out[1, i] = cuda.match_any_sync(FULL, x[i])
-    m, p = cuda.match_all_sync(FULL, x[i])
-    out[2, i] = m
-
-
-def test_ballot_and_match_results_store_into_uint32_arrays():
-    """numba types these results int32; storing one into a uint32 array keeps its bits (the review's D3:
-    a negative Python int raised OverflowError)."""
-    x = np.zeros(32, np.int32)
-    out = np.zeros((3, 32), np.uint32)
-    launch(masks_into_uint32_kernel, 1, 32, x, out)
-    assert (out[0] == 0x80000000).all() and (out[1] == 0xFFFFFFFF).all() and (out[2] == 0xFFFFFFFF).all()
-
-
 # ---- syncwarp, lanemask_lt, activemask ----------------------------------------------------------
 @cuda.jit
 def syncwarp_kernel(x, out):
@@ -733,26 +687,6 @@ def test_block_size_not_a_multiple_of_32_works_and_missing_lanes_count_as_exited
 
 
 @cuda.jit
-def small_block_reduce_kernel(x, out):
-    i = cuda.threadIdx.x
-    v = x[i]
-    v += cuda.shfl_down_sync(0xFF, v, 4)
-    v += cuda.shfl_down_sync(0xFF, v, 2)
-    v += cuda.shfl_down_sync(0xFF, v, 1)
-    out[i] = v
-    out[8 + i] = cuda.ballot_sync(0xFF, i % 3 == 0)
-
-
-def test_eight_thread_block_with_a_mask_of_existing_lanes():
-    """GPU-Puzzles' size: a block of 8 threads reducing with mask 0xFF."""
-    x = np.arange(1, 9, dtype=np.int64)
-    out = np.zeros(16, np.int64)
-    launch(small_block_reduce_kernel, 1, 8, x, out)
-    assert out[0] == x.sum()
-    assert (out[8:] == 0b01001001).all()
-
-
-@cuda.jit
 def deadlock_kernel(x, out):
     i = cuda.grid(1)
     if cuda.threadIdx.x % 32 < 16:
@@ -821,34 +755,6 @@ def test_a_lane_at_a_later_collective_with_another_mask_waits():
     launch(mismatched_mask_kernel, 1, 64, x, out)
     lane = np.arange(64) % 32
     np.testing.assert_array_equal(out, np.where(lane < 16, x - lane, x - lane + 16))
-
-
-@cuda.jit
-def branch_then_converged_kernel(x, out, high):
-    i = cuda.grid(1)
-    lane = cuda.threadIdx.x % 32
-    v = x[i]
-    if (lane >= 16) == (high == 1):
-        mask = 0xFFFF0000 if high == 1 else 0x0000FFFF
-        cuda.syncwarp(mask)
-        v = cuda.shfl_sync(mask, v, 16 if high == 1 else 0)
-    cuda.syncwarp(FULL)
-    out[i] = cuda.shfl_sync(FULL, v, 31) + cuda.shfl_xor_sync(FULL, v, 1)
-
-
-@pytest.mark.parametrize("high", [0, 1])
-def test_partial_mask_in_a_branch_then_full_mask_after_it(high):
-    """The review's D1: this is legal CUDA whichever half takes the branch; it used to raise a false
-    "overlapping but different masks" error when the upper half did."""
-    x = np.arange(64, dtype=np.float64) * 3
-    out = np.zeros(64)
-    launch(branch_then_converged_kernel, 1, 64, x, out, high)
-    lane = np.arange(64) % 32
-    base = np.arange(64) - lane
-    taken = (lane >= 16) == (high == 1)
-    v = np.where(taken, x[base + (16 if high else 0)], x)
-    expected = v[base + 31] + v[np.arange(64) ^ 1]
-    np.testing.assert_array_equal(out, expected)
 
 
 @cuda.jit
