@@ -1,134 +1,317 @@
 """Grade a folder of submitted notebooks: ``python -m lib.grader SUBMISSIONS_DIR --out REPORT.csv``.
 
-Each submission (``.ipynb`` or a MyST ``.md`` notebook) runs top to bottom in its own process and its own
-fresh kernel — on the GPU if there is one, else on the simulator — with a time limit for the whole notebook.
-Every ``grade(...)`` call in it appends its report to a log the grader reads afterwards, so results survive
-whatever happens later in the notebook. A bad submission (syntax error, exception at import, a hang, a
-kernel that dies, an empty or corrupt file) becomes rows that say what happened; the run goes on.
+Each submission (``.ipynb`` or a MyST ``.md`` notebook) runs top to bottom in a sandbox of its own (see
+README, "For instructors": what it protects and what it does not), with a fresh kernel, on the GPU if there
+is one, else on the simulator, and a time limit for the whole notebook. Its ``grade(...)`` calls do not
+decide anything there: the grader (this process, which runs no code of any submission) sends each case's
+inputs, judges what comes back and records the verdict. A bad submission (syntax error, exception, a hang,
+a kernel that dies, an empty or corrupt file, a link, a folder, a forged message) becomes rows that say what
+happened; the run goes on and always ends with the CSV written (atomically).
 
-One row per student × exercise: the exercises are those any submission grades or names in a
+One row per student x exercise: the registered exercises that any submission grades or names in a
 ``grade("...")`` call, so a student whose notebook never reached a check still gets a row for it.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import csv
 import os
 import re
-import subprocess
+import shutil
+import stat
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ROOT
-from . import GRADE_LOG_ENV
+from ..exercises import EXERCISES
+from . import remote, sandbox
 
 SUFFIXES = (".ipynb", ".md")
 GRADE_CALL = re.compile(r"""\bgrade\(\s*["']([A-Za-z_][\w]*)["']""")
-COLUMNS = ["student", "exercise", "passed", "status", "seconds", "first_failure"]
+COLUMNS = ["student", "exercise", "passed", "status", "cases_passed", "cases_run", "seconds", "seed",
+           "first_failure"]
+SIZE_CAP_BYTES = 20 << 20   # a notebook larger than this is not run
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+NOT_GRADED = "not graded"
+
+
+@dataclass
+class Submission:
+    """One entry of the folder: a notebook to run, or the reason it is not run."""
+    name: str              # the file name as text (bytes that are not UTF-8 shown as U+FFFD)
+    path: Path
+    student: str = ""
+    problem: str = ""
+    source: bytes = b""
 
 
 @dataclass
 class Outcome:
-    """What happened to one submission: its grade reports, the exercises it names, and a problem if any."""
+    """What happened to one submission: the grader's verdicts, the exercises it names, and a problem if any."""
     student: str
-    reports: list[dict]
-    named: list[str]
-    problem: str = ""
+    reports: dict = field(default_factory=dict)    # exercise -> GradeReport
+    named: list = field(default_factory=list)
+    problem: str = ""      # what stopped the notebook (or kept it from running)
+    cell_error: str = ""   # the first error a cell raised, when the notebook ran to the end
     seconds: float = 0.0
 
 
-def submissions(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+def _display(name: str) -> str:
+    return os.fsencode(name).decode("utf-8", "replace")
 
 
-def _named_exercises(path: Path) -> list[str]:
+def _read_regular(path: Path) -> tuple[bytes, str]:
+    """The bytes of a plain file, or why it is not one. Opened without following links, and checked once
+    open, so a file swapped for a link or a FIFO meanwhile is refused too."""
     try:
-        return list(dict.fromkeys(GRADE_CALL.findall(path.read_text(errors="replace"))))
-    except OSError:
-        return []
-
-
-def _run_one(path: Path, limit_s: float) -> Outcome:
-    """Execute one submission in a child process (python -m lib.grader.execute) with a hard time limit."""
-    student = path.stem
-    named = _named_exercises(path)
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        log = Path(tmp) / "grades.jsonl"
-        env = dict(os.environ, **{GRADE_LOG_ENV: str(log), "PYTHONPATH": os.pathsep.join(
-            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "lib.grader.execute", str(path), str(limit_s)], cwd=ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=limit_s)
-            problem = stdout.strip().splitlines()[-1] if stdout.strip() else ""
-            if proc.returncode and not problem:
-                problem = f"the grader's child process failed: {stderr.strip()[-300:]}"
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc.pid)
-            proc.communicate()
-            problem = f"the notebook did not finish within {limit_s:.0f} s (stopped)"
-        seconds = time.perf_counter() - t0
-        reports = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return Outcome(student, reports, named, problem, seconds)
-
-
-def _kill_tree(pid: int):
-    """Kill a process and everything it started (the kernel runs in a session of its own)."""
-    import psutil
-
+        info = os.lstat(path)
+    except OSError as exc:
+        return b"", f"could not be read ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return b"", "a symbolic link, not a file: submissions must be plain files (not graded)"
+    if stat.S_ISDIR(info.st_mode):
+        return b"", "a folder, not a notebook file (not graded)"
+    if not stat.S_ISREG(info.st_mode):
+        return b"", "not a regular file (a FIFO, socket or device; not graded)"
     try:
-        parent = psutil.Process(pid)
-        for child in parent.children(recursive=True) + [parent]:
-            try:
-                child.kill()
-            except psutil.NoSuchProcess:
-                pass
-    except psutil.NoSuchProcess:
-        pass
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return b"", f"could not be read ({exc.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return b"", "not a regular file (not graded)"
+        data = f.read(SIZE_CAP_BYTES + 1)
+    if len(data) > SIZE_CAP_BYTES:
+        return b"", f"larger than {SIZE_CAP_BYTES >> 20} MB (not graded)"
+    return data, ""
+
+
+def submissions(folder: Path) -> tuple[list[Submission], list[str]]:
+    """Every entry of `folder` (hidden ones apart, which are returned by name), each with a student id that
+    no other entry shares."""
+    entries, hidden = [], []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("."):
+            hidden.append(_display(name))
+            continue
+        sub = Submission(_display(name), folder / name)
+        suffix = Path(name).suffix.lower()
+        if suffix not in SUFFIXES:
+            _, why = _read_regular(sub.path)
+            sub.problem = why or f"not a notebook ({' or '.join(SUFFIXES)}; not graded)"
+        else:
+            sub.source, sub.problem = _read_regular(sub.path)
+        entries.append(sub)
+    stems: dict[str, int] = {}
+    for sub in entries:
+        stem = Path(sub.name).stem
+        stems[stem] = stems.get(stem, 0) + 1
+    for sub in entries:  # dup.md + dup.ipynb: two rows, each named by its whole file name
+        stem = Path(sub.name).stem
+        sub.student = stem if stems[stem] == 1 else sub.name
+    return entries, hidden
+
+
+def _named_exercises(source: bytes) -> list[str]:
+    found = GRADE_CALL.findall(source.decode("utf-8", "replace"))
+    return [e for e in dict.fromkeys(found) if e in EXERCISES]
+
+
+@dataclass
+class Run:
+    """What every submission of one grading run shares."""
+    scratch: Path          # the run's temporary folder
+    book: Path             # the student edition, read-only in every sandbox
+    hide: list[str]
+    limit_s: float
+    seeds: remote.Seeds
+    on_gpu: bool
+    extra_sizes: dict
+    sandbox_problem: str | None   # None: sandboxed
+
+
+def _prepare_run(folder: Path, out: Path | None, limit_s: float, secret_seed: str | None,
+                 extra_sizes: dict) -> Run:
+    import lib
+    from ..student import COPIED
+
+    scratch = Path(tempfile.mkdtemp(prefix="book-grader-"))
+    os.chmod(scratch, 0o711)
+    book = scratch / "book"
+    book.mkdir()
+    for name in COPIED:  # the student edition: no chapters, so no solution cells
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, book / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, book / name)
+    for path in [book, *book.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    hide = sorted({str(ROOT), str(folder.resolve()), "/root", "/home", "/run", "/var/tmp", "/mnt", "/media"}
+                  | ({str(out.resolve().parent)} if out else set()))
+    return Run(scratch, book, hide, limit_s, remote.Seeds(secret_seed), lib.ON_GPU, extra_sizes,
+               sandbox.probe(scratch / "probe"))
+
+
+def _run_one(run: Run, sub: Submission, index: int) -> Outcome:
+    """Run one submission in its sandbox while this process serves and judges its grade() calls."""
+    outcome = Outcome(sub.student, named=_named_exercises(sub.source))
+    if sub.problem:
+        outcome.problem = sub.problem
+        return outcome
+    base = run.scratch / f"s{index}"
+    work, sock_dir, new_root = base / "work", base / "sock", base / "root"
+    for d in (work, work / "home", sock_dir, new_root):
+        d.mkdir(parents=True)
+    suffix = Path(sub.name).suffix.lower()
+    notebook = work / f"submission{suffix}"
+    notebook.write_bytes(sub.source)
+    if os.geteuid() == 0:
+        for p in (work, work / "home", notebook):
+            os.chown(p, sandbox.NOBODY, sandbox.NOBODY)
+    os.chmod(base, 0o755)
+    os.chmod(sock_dir, 0o755)
+    server = remote.Server(str(sock_dir / "grade.sock"), sub.student, run.seeds, run.on_gpu, run.extra_sizes)
+    env = _sandbox_env(run, work, sock_dir / "grade.sock")
+    try:
+        result = sandbox.run([sys.executable, "-m", "lib.grader.execute", str(notebook), str(run.limit_s)],
+                             workdir=work, new_root=new_root, hide=run.hide,
+                             expose=[str(run.book), str(sock_dir)] + sandbox.python_paths(ROOT),
+                             env=env, limits=_limits(run), sandboxed=run.sandbox_problem is None)
+    finally:
+        verdicts = server.close()
+    outcome.reports = verdicts.reports
+    outcome.seconds = result.seconds
+    if result.timed_out:
+        outcome.problem = f"the notebook did not finish within {run.limit_s:.0f} s (stopped)"
+    elif verdicts.outcome is not None:
+        outcome.problem, outcome.cell_error = verdicts.outcome["problem"], verdicts.outcome["cell_error"]
+    else:
+        tail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        outcome.problem = (f"the notebook's process ended without a result (exit code {result.returncode})"
+                           + (f": {tail[-1][:200]}" if tail else ""))
+    if verdicts.protocol_errors:
+        outcome.problem += f" [grader: {len(verdicts.protocol_errors)} malformed message(s) refused]"
+    shutil.rmtree(base, ignore_errors=True)
+    return outcome
+
+
+def _sandbox_env(run: Run, work: Path, sock: Path) -> dict:
+    python_path = [str(run.book)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                     if p and Path(p).resolve() != ROOT]
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]),
+           "HOME": str(work / "home"), "LANG": "C.UTF-8", "PYTHONPATH": os.pathsep.join(python_path),
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg",
+           "JUPYTER_RUNTIME_DIR": str(work / ".jupyter"), "IPYTHONDIR": str(work / ".ipython"),
+           "MPLCONFIGDIR": str(work / ".matplotlib"), "NUMBA_CACHE_DIR": str(work / ".numba"),
+           remote.SOCKET_ENV: str(sock)}
+    env.update({k: v for k, v in os.environ.items()
+                if k.startswith(("NUMBA_", "CUDA_", "NVIDIA_")) or k == "LD_LIBRARY_PATH"})
+    return env
+
+
+def _limits(run: Run) -> sandbox.Limits:
+    return sandbox.Limits(wall_s=run.limit_s, memory_bytes=None if run.on_gpu else sandbox.Limits.memory_bytes)
 
 
 def rows_for(outcome: Outcome, exercises: list[str]) -> list[dict]:
-    """One row per exercise: the last report of each graded exercise; the problem for the others."""
-    last = {r["exercise"]: r for r in outcome.reports}
+    """One row per exercise: the grader's verdict on the last grade() call for it, or why there is none."""
     rows = []
     for ex in exercises:
-        r = last.get(ex)
+        r = outcome.reports.get(ex)
         if r is not None:
-            rows.append({"student": outcome.student, "exercise": ex, "passed": bool(r["passed"]),
-                         "status": r["status"], "seconds": r["seconds"], "first_failure": r["first_failure"]})
+            rows.append({"student": outcome.student, "exercise": ex, "passed": r.passed, "status": r.status,
+                         "cases_passed": sum(c.passed for c in r.cases), "cases_run": len(r.cases),
+                         "seconds": round(r.seconds, 3), "seed": r.seed, "first_failure": r.first_failure()})
         else:
-            why = outcome.problem or "the notebook ran but never called grade() for this exercise"
-            rows.append({"student": outcome.student, "exercise": ex, "passed": False, "status": "not graded",
-                         "seconds": round(outcome.seconds, 3), "first_failure": why})
+            why = outcome.problem or (f"the notebook ran to the end but never called grade({ex!r})"
+                                      + (f"; {outcome.cell_error}" if outcome.cell_error else ""))
+            rows.append({"student": outcome.student, "exercise": ex, "passed": False, "status": NOT_GRADED,
+                         "cases_passed": 0, "cases_run": 0, "seconds": round(outcome.seconds, 3), "seed": "",
+                         "first_failure": why})
     return rows
 
 
-def grade_folder(folder: Path, limit_s: float = 300.0, jobs: int = 1, progress: bool = True):
-    """Grade every submission in `folder`; returns (rows, pandas summary of pass rates per exercise)."""
+def _run_safely(run: Run, sub: Submission, index: int) -> Outcome:
+    try:
+        return _run_one(run, sub, index)
+    except Exception as exc:  # noqa: BLE001 - a fault of the grader on one submission must not stop the run
+        return Outcome(sub.student, named=_named_exercises(sub.source),
+                       problem=f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:200]})")
+
+
+def grade_folder(folder: Path, limit_s: float = 300.0, jobs: int = 1, progress: bool = True, *,
+                 out: Path | None = None, secret_seed: str | None = None, extra_sizes: dict | None = None):
+    """Grade every submission in `folder`; returns (rows, pandas summary of pass rates per exercise, notes)."""
     import pandas as pd
     from tqdm.auto import tqdm
 
-    paths = submissions(folder)
-    outcomes: dict[Path, Outcome] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
-            tqdm(total=len(paths), desc="grading", unit="notebook", disable=not progress, file=sys.stderr) as bar:
-        futures = {pool.submit(_run_one, p, limit_s): p for p in paths}
-        for future in futures:
-            outcomes[futures[future]] = future.result()
-            bar.set_postfix_str(futures[future].name)
-            bar.update(1)
-    exercises = sorted({r["exercise"] for o in outcomes.values() for r in o.reports}
-                       | {e for o in outcomes.values() for e in o.named})
-    rows = [row for p in paths for row in rows_for(outcomes[p], exercises)]
+    subs, hidden = submissions(folder)
+    run = _prepare_run(folder, out, limit_s, secret_seed, extra_sizes or {})
+    notes = [f"sandbox: {run.sandbox_problem}; notebooks ran UNSANDBOXED (see README)" if run.sandbox_problem
+             else "sandbox: namespaces (unshare), read-only book, user nobody, no network"]
+    if hidden:
+        notes.append(f"hidden entries skipped: {', '.join(hidden)}")
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
+                tqdm(total=len(subs), desc="grading", unit="notebook", disable=not progress, file=sys.stderr) as bar:
+            futures = [pool.submit(_run_safely, run, sub, i) for i, sub in enumerate(subs)]
+            outcomes = []
+            for sub, future in zip(subs, futures):
+                outcomes.append(future.result())
+                bar.set_postfix_str(sub.name)
+                bar.update(1)
+    finally:
+        shutil.rmtree(run.scratch, ignore_errors=True)
+    exercises = sorted({e for o in outcomes for e in o.reports} | {e for o in outcomes for e in o.named})
+    rows = [row for o in outcomes for row in rows_for(o, exercises or [""])]
     df = pd.DataFrame(rows, columns=COLUMNS)
-    summary = (df.groupby("exercise")["passed"].agg(submissions="count", passed="sum", pass_rate="mean")
-               if len(df) else pd.DataFrame(columns=["submissions", "passed", "pass_rate"]))
-    return rows, summary
+    graded = df[df["exercise"] != ""]
+    summary = (graded.groupby("exercise")["passed"].agg(submissions="count", passed="sum", pass_rate="mean")
+               if len(graded) else pd.DataFrame(columns=["submissions", "passed", "pass_rate"]))
+    return rows, summary, notes
+
+
+def _cell(value):
+    """Text a spreadsheet would read as a formula gets a leading apostrophe."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def write_csv(rows: list[dict], out: Path):
+    """Write the report atomically: a temporary file in the same folder, then a rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8", errors="replace") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: _cell(row[k]) for k in COLUMNS})
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _extra_size(text: str) -> tuple[str, tuple]:
+    """EXERCISE=N or EXERCISE=AxB...: one more size for that exercise."""
+    exercise, _, dims = text.partition("=")
+    if exercise not in EXERCISES:
+        raise argparse.ArgumentTypeError(f"no exercise {exercise!r}; the exercises are: {', '.join(sorted(EXERCISES))}")
+    try:
+        size = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a size as EXERCISE=N or EXERCISE=AxB") from None
+    arity = len(EXERCISES[exercise].sim_cases[0])
+    if len(size) != arity or min(size) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exercise} takes sizes of {arity} positive number(s)")
+    return exercise, size
 
 
 def main(argv=None) -> int:
@@ -138,15 +321,24 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="CSV report, one row per student x exercise")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook (default 300)")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
+    parser.add_argument("--secret-seed", metavar="TEXT",
+                        help="derive every case's inputs from this secret (the instructor can replay the run; "
+                             "students cannot predict the inputs); default: fresh random seeds")
+    parser.add_argument("--extra-size", metavar="EXERCISE=N[xM...]", type=_extra_size, action="append",
+                        default=[], help="one more (hidden) size to check for an exercise; may be repeated")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"{args.folder} is not a folder")
-    import pandas as pd
-
-    rows, summary = grade_folder(args.folder, args.timeout, args.jobs)
-    pd.DataFrame(rows, columns=COLUMNS).to_csv(args.out, index=False)
-    print(f"{len(rows)} rows ({len(submissions(args.folder))} notebooks) written to {args.out}")
+    extra: dict[str, tuple] = {}
+    for exercise, size in args.extra_size:
+        extra[exercise] = extra.get(exercise, ()) + (size,)
+    rows, summary, notes = grade_folder(args.folder, args.timeout, args.jobs, out=args.out,
+                                        secret_seed=args.secret_seed, extra_sizes=extra)
+    write_csv(rows, args.out)
+    for note in notes:
+        print(note)
+    print(f"{len(rows)} rows ({len({r['student'] for r in rows})} submissions) written to {args.out}")
     if len(summary):
-        print(summary.assign(pass_rate=(summary["pass_rate"] * 100).round(0).astype(int).astype(str) + " %")
-              .to_string())
+        print(summary.assign(pass_rate=(summary["pass_rate"].astype(float) * 100).round(0).astype(int).astype(str)
+                             + " %").to_string())
     return 0

@@ -1,0 +1,388 @@
+"""Instructor mode's verdicts: the grader decides, the submission only turns inputs into outputs.
+
+The folder grader (a trusted process that runs no code of any submission) listens on a Unix socket that it
+binds into each submission's sandbox. In the sandbox, ``grade(exercise_id, fn)`` is :func:`grade` below: it
+asks the grader for the inputs of each case, runs ``fn`` on them, and sends back the output and the inputs as
+they are afterwards. The grader draws the inputs (from a seed the submission never chooses), keeps the
+reference and the tolerance to itself, compares, and records the verdict. A submission that forges messages
+can only send outputs, and those must be right for inputs it sees only when the case starts.
+
+Wire format, both ways: ``b"BKG1"``, then little-endian uint32 header length and uint32 array count, the
+header (UTF-8 JSON object), and each array as uint64 length + ``.npy`` bytes (read back with
+``allow_pickle=False``). The grader caps every length before reading it and checks every array's dtype and
+shape against the case it sent.
+
+Messages: child -> ``{"op": "grade", "exercise": id}``; grader -> ``{"op": "case", "size", "out_shape",
+"limit_s"}`` + inputs; child -> ``{"op": "result", "error"?, "not_attempted"?, "timeout"?, "launches"}``
++ [output, *inputs after] (no arrays when ``fn`` raised); ... grader -> ``{"op": "done", "status",
+"passed"}``. ``{"op": "outcome", "problem", "cell_error"}`` (from :mod:`lib.grader.execute`) says how the
+notebook as a whole ran. Launch records come from the submission's process and are not evidence.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SOCKET_ENV = "BOOK_GRADE_SOCKET"   # set in the sandbox: the path of the grader's socket
+MAGIC = b"BKG1"
+HEADER_CAP = 64 * 1024
+TEXT_CAP = 300                     # characters of any text a submission sends (exception messages)
+LAUNCH_CAP = 64                    # launch records kept per case
+CONNECTION_CAP = 500               # grade() calls (and other connections) per submission
+
+
+class ProtocolError(Exception):
+    """A message that breaks the format or the caps: the connection's result is an error."""
+
+
+# --- framing ----------------------------------------------------------------------------------------
+def send(sock: socket.socket, header: dict, arrays=()):
+    blobs = []
+    for a in arrays:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(a), allow_pickle=False)
+        blobs.append(buf.getvalue())
+    head = json.dumps(header).encode()
+    sock.sendall(MAGIC + struct.pack("<II", len(head), len(blobs)) + head
+                 + b"".join(struct.pack("<Q", len(b)) + b for b in blobs))
+
+
+def _read_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            sock.settimeout(remaining)
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the connection closed in the middle of a message" if got or chunks
+                                  else "the connection closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket, *, max_arrays: int, array_cap: int, deadline: float | None = None):
+    """One message: (header dict, list of arrays). Raises ProtocolError, TimeoutError or ConnectionError."""
+    prefix = _read_exact(sock, 12, deadline)
+    if prefix[:4] != MAGIC:
+        raise ProtocolError("a message that does not start with the protocol's marker")
+    head_len, n_arrays = struct.unpack("<II", prefix[4:])
+    if head_len > HEADER_CAP or n_arrays > max_arrays:
+        raise ProtocolError(f"a message larger than allowed ({head_len} header bytes, {n_arrays} arrays)")
+    try:
+        header = json.loads(_read_exact(sock, head_len, deadline).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"a header that is not UTF-8 JSON ({type(exc).__name__})") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("a header that is not a JSON object")
+    arrays = []
+    for _ in range(n_arrays):
+        (size,) = struct.unpack("<Q", _read_exact(sock, 8, deadline))
+        if size > array_cap:
+            raise ProtocolError(f"an array of {size} bytes (at most {array_cap} expected)")
+        try:
+            arrays.append(np.load(io.BytesIO(_read_exact(sock, size, deadline)), allow_pickle=False))
+        except (ValueError, OSError, EOFError) as exc:
+            raise ProtocolError(f"an array that is not a plain .npy ({type(exc).__name__})") from None
+    return header, arrays
+
+
+def _text(value) -> str:
+    return str(value)[:TEXT_CAP] if value is not None else ""
+
+
+# --- the grader's side (trusted: no code of the submission runs here) --------------------------------
+class Seeds:
+    """Seeds the submission never chooses: fresh random ones, or derived from the instructor's secret so
+    that the instructor (and only the instructor) can replay a run."""
+
+    def __init__(self, secret: str | None):
+        self.secret = secret.encode() if secret else None
+
+    def seed(self, student: str, exercise: str, call: int) -> int:
+        if self.secret is None:
+            return secrets.randbits(32)
+        msg = f"{student}\0{exercise}\0{call}".encode("utf-8", "surrogateescape")
+        return int.from_bytes(hmac.new(self.secret, msg, hashlib.sha256).digest()[:4], "little")
+
+
+@dataclass
+class Verdicts:
+    """What the grader recorded for one submission."""
+    reports: dict = field(default_factory=dict)   # exercise -> GradeReport (the last grade() call wins)
+    outcome: dict | None = None                   # how the notebook ran, as lib.grader.execute reported it
+    protocol_errors: list = field(default_factory=list)
+
+
+class Server:
+    """Listens on `path` for one submission's sandbox; judges every grade() call it receives."""
+
+    def __init__(self, path: str, student: str, seeds: Seeds, on_gpu: bool, extra_sizes: dict):
+        self.student, self.seeds, self.on_gpu, self.extra_sizes = student, seeds, on_gpu, extra_sizes
+        self.verdicts = Verdicts()
+        self._calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._connections: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(path)
+        os.chmod(path, 0o666)  # the sandbox's user (nobody) connects
+        self._listener.listen(8)
+        self._closed = False
+        self._accept_thread = threading.Thread(target=self._accept, daemon=True)
+        self._accept_thread.start()
+
+    def _accept(self):
+        while len(self._connections) < CONNECTION_CAP:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                self._connections.append(conn)
+            t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def close(self) -> Verdicts:
+        """Stop listening, cut every connection (a grade() in progress is recorded as cut), and return."""
+        with self._lock:
+            self._closed = True
+        self._listener.close()
+        for conn in list(self._connections):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in list(self._threads):
+            t.join(timeout=10.0)
+        return self.verdicts
+
+    def _handle(self, conn: socket.socket):
+        with conn:
+            try:
+                header, _ = recv(conn, max_arrays=0, array_cap=0, deadline=time.monotonic() + 600)
+                op = header.get("op")
+                if op == "grade":
+                    self._grade(conn, header.get("exercise"))
+                elif op == "outcome":
+                    with self._lock:
+                        self.verdicts.outcome = {"problem": _text(header.get("problem")),
+                                                 "cell_error": _text(header.get("cell_error"))}
+                else:
+                    raise ProtocolError(f"an unknown message {_text(op)!r}")
+            except (ProtocolError, TimeoutError, ConnectionError, OSError) as exc:
+                with self._lock:
+                    self.verdicts.protocol_errors.append(_text(exc) or type(exc).__name__)
+
+    def _grade(self, conn: socket.socket, exercise_id):
+        from ..exercises import EXERCISES
+        from . import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, _size_label
+
+        if not isinstance(exercise_id, str) or exercise_id not in EXERCISES:
+            send(conn, {"op": "unknown", "exercises": sorted(EXERCISES)})
+            return
+        ex = EXERCISES[exercise_id]
+        with self._lock:
+            call = self._calls[exercise_id] = self._calls.get(exercise_id, 0) + 1
+        report = GradeReport(exercise_id, FAILED, self.seeds.seed(self.student, exercise_id, call))
+        sizes = planned_sizes(ex, self.on_gpu, self.extra_sizes.get(exercise_id, ()))
+        rng = np.random.default_rng(report.seed)
+        t0 = time.monotonic()
+        deadline = t0 + ex.time_limit_s
+        with self._lock:  # recorded at once: a call cut short still counts, with the cases it reached
+            self.verdicts.reports[exercise_id] = report
+        try:
+            for size in sizes:
+                case = prepare(ex, size, rng)
+                send(conn, {"op": "case", "size": list(size), "out_shape": list(case.out_shape),
+                            "limit_s": max(deadline - time.monotonic(), 0.0)}, case.inputs)
+                header, arrays = recv(conn, max_arrays=1 + len(case.inputs), array_cap=case.cap_bytes,
+                                      deadline=deadline)
+                if header.get("op") != "result":
+                    raise ProtocolError(f"expected a result, got {_text(header.get('op'))!r}")
+                if header.get("not_attempted"):
+                    report.status, report.cases = NOT_ATTEMPTED, []
+                    report.message = f"write {ex.signature} in the exercise cell, then run the check again"
+                    break
+                if header.get("timeout"):
+                    raise TimeoutError
+                report.cases.append(judge(ex, case, header, arrays, time.monotonic() - t0))
+            else:
+                failed = next((c for c in report.cases if not c.passed), None)
+                if failed is None and len(report.cases) == len(sizes):
+                    report.status = PASSED
+                elif failed is not None:
+                    report.status = ERROR if failed.raised else FAILED
+                    report.message = f"size {_size_label(failed.size)}: {failed.message}"
+                    report.hint = failed.hint
+        except TimeoutError:
+            report.status = TIMEOUT
+            report.message = (f"did not return within {ex.time_limit_s:.0f} s (at size "
+                              f"{_size_label(sizes[len(report.cases)]) if len(report.cases) < len(sizes) else '?'})")
+        except (ProtocolError, ConnectionError, OSError) as exc:
+            report.status = ERROR
+            report.message = f"the check stopped after {len(report.cases)} of {len(sizes)} sizes: {_text(exc)}"
+        report.seconds = time.monotonic() - t0
+        try:
+            send(conn, {"op": "done", "status": report.status, "passed": report.passed})
+        except OSError:
+            pass
+
+
+# --- cases: planned, prepared and judged on the grader's side ----------------------------------------
+@dataclass
+class Case:
+    size: tuple
+    inputs: tuple
+    out_shape: tuple
+    expected: np.ndarray
+    tolerance: object
+
+    @property
+    def cap_bytes(self) -> int:
+        """The largest array a right answer holds, plus the .npy header."""
+        return max([int(np.prod(self.out_shape)) * 4] + [x.nbytes for x in self.inputs]) + 4096
+
+
+def planned_sizes(ex, on_gpu: bool, extra: tuple = ()) -> list[tuple]:
+    return list(ex.gpu_cases if on_gpu else ex.sim_cases) + [tuple(s) for s in extra]
+
+
+def prepare(ex, size, rng) -> Case:
+    inputs = ex.make_inputs(tuple(size), rng)
+    expected = ex.reference(*inputs)
+    return Case(tuple(size), inputs, tuple(ex.out_shape(*inputs)), expected, ex.tolerance(*inputs, expected))
+
+
+def judge(ex, case: Case, header: dict, arrays: list, seconds: float):
+    """The verdict on one case, from what the submission sent back (checked before it is used)."""
+    from ..check import compare, hint
+    from . import CaseResult
+
+    if header.get("error") is not None:
+        return CaseResult(case.size, False, seconds, f"your code raised {_text(header['error'])}", raised=True)
+    if len(arrays) != 1 + len(case.inputs):
+        raise ProtocolError(f"a result with {len(arrays)} arrays (expected {1 + len(case.inputs)})")
+    actual, after = arrays[0], arrays[1:]
+    for got, want in zip(arrays, (np.empty(case.out_shape, np.float32),) + tuple(case.inputs)):
+        if got.dtype != want.dtype or got.shape != want.shape:
+            raise ProtocolError(f"an array of {got.dtype} {got.shape} where {want.dtype} {want.shape} belongs")
+    names = ex.signature[ex.signature.index("(") + 1:-1].split(", ")
+    for name, x, y in zip(names, case.inputs, after):
+        if not np.array_equal(y.view(np.uint32), x.view(np.uint32)):
+            where = tuple(int(j) for j in np.argwhere(y.view(np.uint32) != x.view(np.uint32))[0])
+            return CaseResult(case.size, False, seconds,
+                              f"input `{name}` was modified (first at {where}): a kernel must only write its output")
+    tol = case.tolerance
+    bad = compare(actual, case.expected, tol.rtol, tol.atol, tol.scale)
+    if bad is None:
+        return CaseResult(case.size, True, seconds)
+    return CaseResult(case.size, False, seconds, bad.describe(), hint(bad))
+
+
+# --- the submission's side (runs in the sandbox; decides nothing) -----------------------------------
+@dataclass
+class Verdict:
+    """What grade() returns in instructor mode: the grader's word, for the notebook to show."""
+    exercise: str
+    status: str
+    passed: bool
+
+    def __bool__(self):
+        return self.passed
+
+    def __str__(self):
+        return f"{self.exercise}: {self.status} (recorded by the instructor's grader)"
+
+    __repr__ = __str__
+
+
+def grade(exercise_id: str, fn, seed: int | None = None, time_limit_s: float | None = None) -> Verdict:
+    """Instructor mode's grade(): the grader chooses inputs and seed (`seed` and `time_limit_s` are ignored)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(os.environ[SOCKET_ENV])
+        send(sock, {"op": "grade", "exercise": exercise_id})
+        while True:
+            header, arrays = recv(sock, max_arrays=16, array_cap=1 << 36)
+            if header.get("op") == "case":
+                send(sock, *_run_case(fn, arrays, tuple(header["out_shape"]), float(header["limit_s"])))
+            elif header.get("op") == "done":
+                return Verdict(exercise_id, header["status"], bool(header["passed"]))
+            else:
+                raise KeyError(f"no exercise {exercise_id!r}; the exercises are: {', '.join(header['exercises'])}")
+
+
+def _run_case(fn, inputs, out_shape, limit_s):
+    """Run fn on device copies of the inputs, on a thread of its own so a hang can be stopped."""
+    from numba import cuda
+
+    from ..launches import record
+    from . import GradeTimeout, _describe_exception, _kill_threads
+
+    state: dict = {}
+
+    def work():
+        try:
+            with record() as launches:
+                d_inputs = [cuda.to_device(x) for x in inputs]
+                d_out = cuda.to_device(np.full(out_shape, np.nan, dtype=np.float32))
+                fn(*d_inputs, d_out)
+                cuda.synchronize()
+                state["arrays"] = [d_out.copy_to_host()] + [d.copy_to_host() for d in d_inputs]
+            state["launches"] = [{"name": ln.name, "module": ln.module, "grid": list(ln.grid),
+                                  "block": list(ln.block), "book": ln.book} for ln in launches[:LAUNCH_CAP]]
+        except NotImplementedError:
+            state["not_attempted"] = True
+        except GradeTimeout:
+            state["timeout"] = True
+        except BaseException as exc:  # noqa: BLE001 - the grader words it
+            state["error"] = _describe_exception(exc).removeprefix("your code raised ")
+
+    before = set(threading.enumerate())
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if worker.is_alive():
+        _kill_threads([t for t in threading.enumerate() if t not in before])
+        return {"op": "result", "timeout": True}, []
+    header = {"op": "result", "launches": state.get("launches", [])}
+    for key in ("not_attempted", "timeout", "error"):
+        if key in state:
+            header[key] = state[key]
+    return header, state.get("arrays", []) if "error" not in state else []
+
+
+def install():
+    """Make ``lib.grade`` / ``lib.grader.grade`` this module's grade (the first cell the sandbox runs)."""
+    import lib
+    import lib.grader
+
+    lib.grade = lib.grader.grade = grade
+
+
+def report_outcome(problem: str, cell_error: str):
+    """How the notebook ran (sent by lib.grader.execute once it is done)."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        send(sock, {"op": "outcome", "problem": problem, "cell_error": cell_error})
