@@ -45,8 +45,10 @@ class Variant:
     equals what this mistake produces."""
     name: str            # e.g. "no carry between blocks"
     mistake: str         # the sentence shown to the student
-    model: Callable      # model(*inputs, launches) -> np.ndarray | None: the output this mistake produces on
-                         # these inputs (None: cannot say for this launch); launches: list of launch dicts
+    model: Callable      # model(*inputs, launches, fill=nan) -> np.ndarray | None: the output this mistake
+                         # produces on these inputs (None: cannot say for this launch); launches: the
+                         # grader's launch dicts; fill: what out held before (NaN, then the grader's
+                         # SENTINEL on a second run); a model without `fill` is asked for NaN only
     kernel: Callable     # a student-style wrong function fn(*inputs, out), for the tests
 
 

@@ -59,7 +59,7 @@ SIM_BUDGET_S = 25.0                 # the planner grows sizes while the predicte
 PREDICTION_MARGIN = 1.5             # time grows faster than the size on the simulator (more launches, levels)
 MIN_BLOCKS = 3                      # the checks span at least this many blocks of the student's largest launch
 LAUNCH_KEYS = ("name", "module", "qualname", "grid", "block", "shared_bytes", "book")
-MAX_LAUNCHES = 10_000               # more than this in one case is refused as malformed
+MAX_LAUNCHES = 10_000               # launches kept per case; a longer list is refused as malformed
 
 
 class GradeTimeout(Exception):
@@ -357,7 +357,7 @@ def execute_case(fn, case: Case, *, stop=None) -> Execution:
         result.fills.append(float(fill))
         if not result.inputs_after:
             result.inputs_after = [d.copy_to_host() for d in d_inputs]
-            result.launches = [launch_record(r) for r in seen[:MAX_LAUNCHES + 1]]
+            result.launches = [launch_record(r) for r in seen[:MAX_LAUNCHES]]  # the first ones tell enough
         if not np.isnan(out).any():
             break  # nothing left in doubt: no second run
     result.seconds = time.perf_counter() - t0
@@ -377,7 +377,8 @@ def _validate(case: Case, ex: Exercise, execution) -> str | None:
     for r in execution.launches:
         if not isinstance(r, dict) or set(r) != set(LAUNCH_KEYS):
             return "a launch record does not have the expected fields"
-        if not (isinstance(r["name"], str) and isinstance(r["book"], bool)
+        if not (all(isinstance(r[k], str) for k in ("name", "module", "qualname")) and isinstance(r["book"], bool)
+                and isinstance(r["shared_bytes"], int) and r["shared_bytes"] >= 0
                 and all(isinstance(v, list) and len(v) in (1, 2, 3)
                         and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in v)
                         for v in (r["grid"], r["block"]))):
@@ -533,21 +534,28 @@ def _fixed_launches(history, case: Case, execution: Execution) -> list[dict]:
 
 
 def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
-    """(name, sentence) of the first known-wrong variant whose output the student's equals, else None."""
-    actual = execution.outputs[0]
+    """(name, sentence) of the first known-wrong variant whose output the student's equals, else None.
+
+    A model is asked for each fill the output had (NaN, then SENTINEL when there was a second run), with
+    ``fill=`` when it takes one; it matches when its output equals the student's for some fill and differs
+    from the reference (a variant that is right on these inputs cannot tell anything)."""
+    scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
     for v in variants(ex.id):
-        try:
-            model = v.model(*case.inputs, execution.launches)
-        except Exception:  # noqa: BLE001 - a variant that cannot model this case says nothing
-            continue
-        if model is None:
-            continue
-        model = np.asarray(model, dtype=np.float64)
-        if model.shape != actual.shape:
-            continue
-        if compare(model, case.expected, tol.rtol, tol.atol, tol.scale) is None:
-            continue  # this variant is right on these inputs: it cannot tell anything
-        scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
-        if compare(actual, model, tol.rtol, tol.atol, scale) is None:
-            return v.name, v.mistake
+        for fill, actual in zip(execution.fills, execution.outputs):
+            try:
+                try:
+                    model = v.model(*case.inputs, execution.launches, fill=fill)
+                except TypeError:
+                    model = v.model(*case.inputs, execution.launches) if math.isnan(fill) else None
+            except Exception:  # noqa: BLE001 - a variant that cannot model this case says nothing
+                continue
+            if model is None:
+                continue
+            model = np.asarray(model, dtype=np.float64)
+            if model.shape != actual.shape:
+                continue
+            if compare(model, case.expected, tol.rtol, tol.atol, scale) is None:
+                continue
+            if compare(actual, model, tol.rtol, tol.atol, scale) is None:
+                return v.name, v.mistake
     return None
