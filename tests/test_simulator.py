@@ -1079,3 +1079,60 @@ def test_schedule_is_thread_id_order_and_deterministic():
 
     launch(k, 1, (4, 2, 2))
     assert order == [(phase, t) for phase in range(2) for t in range(16)]
+
+
+@cuda.jit
+def atomics_kernel(count, biggest, x):
+    i = cuda.grid(1)
+    cuda.atomic.add(count, 0, 1)
+    cuda.atomic.max(biggest, 0, x[i])
+    cuda.atomic.add(count, 1 + i % 3, x[i])
+
+
+def test_atomics_across_threads_and_blocks():
+    x = np.random.default_rng(13).integers(-50, 50, 4 * 96).astype(np.int64)
+    count = np.zeros(4, np.int64)
+    biggest = np.full(1, -1000, np.int64)
+    launch(atomics_kernel, 4, 96, count, biggest, x)
+    assert count[0] == x.size and biggest[0] == x.max()
+    np.testing.assert_array_equal(count[1:], [x[k::3].sum() for k in range(3)])
+
+
+@cuda.jit
+def print_kernel():
+    if cuda.threadIdx.x < 3:
+        print("thread", cuda.threadIdx.x, "of block", cuda.blockIdx.x)
+
+
+def test_print_from_kernels_comes_in_the_schedules_order(capsys):
+    launch(print_kernel, 2, 32)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"thread {t} of block {b}" for b in range(2) for t in range(3)]
+
+
+@cuda.jit
+def grid_sync_kernel(x, tmp, out):
+    i = cuda.grid(1)
+    g = cuda.cg.this_grid()
+    tmp[i] = x[i]
+    g.sync()
+    out[i] = tmp[i] + tmp[(i + 1) % tmp.size]
+
+
+def test_cooperative_grid_sync_in_one_block():
+    x = np.arange(64, dtype=np.float64)
+    out = np.zeros(64)
+    launch(grid_sync_kernel, 1, 64, x, np.zeros(64), out)
+    np.testing.assert_array_equal(out, x + np.roll(x, -1))
+
+
+def test_debug_kernels_raise_on_division_by_zero_and_leave_the_caller_s_settings():
+    @cuda.jit(debug=True, opt=False)
+    def k(x, out):
+        i = cuda.grid(1)
+        out[i] = (x[i] + 1) / x[0]  # x[0] is 0: a numpy float division by zero
+
+    before = np.geterr()
+    err, _ = launch_error(k, 1, 32, np.zeros(32, np.float32), np.zeros(32, np.float32))
+    assert isinstance(err, FloatingPointError) and "tid=[0, 0, 0]" in str(err), repr(err)
+    assert np.geterr() == before
