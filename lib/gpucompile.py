@@ -118,6 +118,8 @@ class _Converter:
         return self.value(kernel)
 
     def value(self, v, attrs: list[str] = ()) -> tuple:
+        if isinstance(v, types.ModuleType):  # not memoised: which attributes travel depends on the function
+            return self._value(v, attrs)
         key = id(v)
         if key in self.memo and self.memo[key][0] is v:
             return self.memo[key][1]

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -173,10 +174,10 @@ def test_a_check_is_paid_once_in_memory_and_on_disk(tmp_path):
     tmp_path = tmp_path / "cache"
     first, _ = run_script(tmp_path)
     assert first["refused"] is True and first["x"] == [2, 2, 2, 2]
-    assert first["compiled"] == 3 and first["memory_hits"] == 1, "the second launch of add_one is a memory hit"
+    assert (first["compiled"], first["memory_hits"]) == (3, 1), first  # add_one's second launch: from memory
     assert len(list((tmp_path / "gpucompile").rglob("*.json"))) == 3
     again, _ = run_script(tmp_path)
-    assert again["compiled"] == 0 and again["disk_hits"] == 3 and again["refused"] is True
+    assert (again["compiled"], again["disk_hits"], again["refused"]) == (0, 3, True), (first, again)
 
 
 def test_without_the_compiler_the_simulator_goes_on_and_says_so_once(tmp_path):
@@ -204,3 +205,21 @@ def test_a_kernel_meant_for_the_simulator_only_opts_out_visibly():
         uses_a_list[1, 1](x)
     with pytest.raises(TypeError, match="marks a @cuda.jit kernel"):
         gpucompile.simulator_only(host_helper)
+
+
+def test_a_module_of_the_readers_own_travels_as_the_attributes_used():
+    helpers = types.ModuleType("helpers")  # like `import helpers` of a file next to the notebook
+    helpers.OFFSET = 5.0
+    helpers.FACTOR = 3.0
+
+    @cuda.jit(device=True)
+    def times_factor(v):
+        return v * helpers.FACTOR
+
+    @cuda.jit
+    def uses_helpers(x):
+        x[0] = times_factor(x[0]) + helpers.OFFSET
+
+    x = np.ones(1, np.float32)
+    uses_helpers[1, 1](x)
+    assert x[0] == 8.0
