@@ -24,6 +24,7 @@ check says so once and the simulator goes on. ``CUDA_BOOK_GPU_CHECK=0`` turns th
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import inspect
 import json
@@ -218,6 +219,7 @@ def _book_hash(modules: set[str]) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> str:
     from importlib import metadata
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from . import ROOT, SIMULATOR
 
 _BOOK_DIRS = (ROOT / "kernels", ROOT / "lib")
@@ -58,6 +60,9 @@ class Launch:
 
 # --- argument types ---------------------------------------------------------------------------------
 
+_array_types: dict = {}
+
+
 def numba_type(value, typeof=None):
     """numba's type for a launch argument; the simulator's fake device arrays count as their arrays."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
@@ -66,6 +71,15 @@ def numba_type(value, typeof=None):
         value = value._item
     if isinstance(value, FakeCUDAArray):
         value = value._ary
+    if typeof is None and type(value) is np.ndarray:  # the common case, memoised: numba's typeof is ~50 us
+        flags = value.flags
+        key = (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned)
+        ty = _array_types.get(key)
+        if ty is None:
+            from numba.core.typing.typeof import Purpose, typeof as core_typeof
+
+            ty = _array_types[key] = core_typeof(value, Purpose.argument)
+        return ty
     if typeof is None:
         from numba.core.typing.typeof import Purpose, typeof as core_typeof
 
