@@ -3,6 +3,7 @@ warning silenced for the book's own kernels only (lib/quiet_launches.py), record
 page's width (lib/ptx.py), and result lines and tables narrowed to the text column (lib/results.py)."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -134,3 +135,38 @@ def test_caption_fits_the_page():
         return  # nothing recorded: no caption to check
     text = results.caption(recorded)
     assert "recorded on" in text and all(len(line) <= PAGE_WIDTH for line in text.splitlines())
+
+
+def _is_kernel_decorator(node) -> bool:
+    """@cuda.jit or @cuda.jit(...) without device=True."""
+    call = node if isinstance(node, ast.Call) else None
+    target = call.func if call else node
+    if not (isinstance(target, ast.Attribute) and target.attr == "jit"):
+        return False
+    return not any(k.arg == "device" and getattr(k.value, "value", False) for k in (call.keywords if call else []))
+
+
+def test_every_book_kernel_is_quieted():
+    """On a GPU, a book kernel left out would print numba's warning into a reader's page; the simulator cannot
+    show it, so the source is checked: a kernels/ module that defines kernels calls quiet_kernels(globals())
+    after the last of them, and a kernel made inside a function (a factory) passes through quiet() there,
+    unless the factory's result is bound to a module-level name (which quiet_kernels then finds)."""
+    missing = []
+    for path in sorted((ROOT / "kernels").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        kernel_lines = [n.lineno for n in tree.body
+                        if isinstance(n, ast.FunctionDef) and any(map(_is_kernel_decorator, n.decorator_list))]
+        quiet_lines = [n.lineno for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                       and getattr(n.value.func, "id", "") == "quiet_kernels"]
+        if kernel_lines and not (quiet_lines and max(quiet_lines) > max(kernel_lines)):
+            missing.append(f"{path.name}: no quiet_kernels(globals()) after its last kernel")
+        bound = {n.value.func.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                 and isinstance(n.value.func, ast.Name)}
+        for outer in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            inner = [n.name for n in outer.body
+                     if isinstance(n, ast.FunctionDef) and any(map(_is_kernel_decorator, n.decorator_list))]
+            quieted = {a.id for c in ast.walk(outer) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "quiet"
+                       for a in c.args if isinstance(a, ast.Name)}
+            missing += [f"{path.name}: {outer.name} makes kernel {name} without quiet()"
+                        for name in inner if name not in quieted and outer.name not in bound]
+    assert not missing, "\n".join(missing)
