@@ -16,6 +16,7 @@ sum itself, yet tiny relative to the terms).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +31,8 @@ def prefix_sum_rounding(x: np.ndarray, per_thread: int = 1) -> np.ndarray:
 
     Model: consecutive chunks of `per_thread` elements are each added up one after another (a thread's
     loop), and the chunk totals are then added up one after another (atomics into one address, or a
-    decoupled look-back); the last addition of each output puts the chunk's carry onto its local partial.
+    decoupled look-back); and each output may go through ceil(log2 n) + 1 more additions at its own magnitude
+    (the levels of a tree scan, the add of a carry).
     With per_thread = 1 this is one sequential pass over every element: the loosest model. Trees (shared
     memory, shuffles) add fewer and smaller partials, so they stay inside it. O(n) time and memory.
     """
@@ -45,8 +47,9 @@ def prefix_sum_rounding(x: np.ndarray, per_thread: int = 1) -> np.ndarray:
     carries = np.cumsum(local[:, -1])                    # the running total after each chunk
     carry_sq = np.concatenate([[0.0], np.cumsum(carries[:-1] ** 2)])
     before = np.concatenate([[0.0], carries[:-1]])
-    local += before[:, None]                             # the outputs themselves (the last addition)
-    local_sq += carry_sq[:, None] + local * local
+    local += before[:, None]                             # the outputs themselves
+    depth = math.ceil(math.log2(n)) + 1                  # a tree passes each output through this many adds
+    local_sq += carry_sq[:, None] + depth * (local * local)
     return np.sqrt(local_sq.ravel()[:n])
 
 

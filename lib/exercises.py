@@ -70,9 +70,8 @@ class Exercise:
     out_shape: Callable[..., tuple]                 # from the inputs
     reference: Callable[..., np.ndarray]            # float64
     tolerance: Callable[..., Tolerance]             # tolerance(*inputs, expected, launch=None): launch is
-                                                    # {"threads": T, "blocks": B}, the most threads and the
-                                                    # most blocks among the student's launches (the error
-                                                    # model's structure), None when unknown
+                                                    # {"threads", "block_threads"} of the student's widest
+                                                    # launch (the error model's structure), None if unknown
     sim_cases: tuple                                # size parameters, small (the planner grows them)
     gpu_cases: tuple
     grow: Callable[[tuple, float], tuple] = None    # a larger size: the parallel dimensions times a factor
@@ -143,13 +142,15 @@ def _exact(*inputs_and_expected, launch=None):
     return Tolerance(rtol=0.0, note="exact (no rounding is involved)")
 
 
-def _per_chunk(n: int, launch, key: str) -> int:
-    """Elements added one after another in the error model: n over the launch's most threads (a reduction:
-    each thread's loop, then the partials in any order, atomics included) or most blocks (a scan: a block
-    scans its tile as a tree, then the carries pass from block to block). 1 when unknown: the loosest model,
-    one sequential pass over every element."""
-    count = (launch or {}).get(key)
-    return 1 if not count else -(-n // int(count))
+def _per_chunk(n: int, launch, per: str) -> int:
+    """Elements added one after another in the error model (1 when the launch is unknown: the loosest model,
+    one sequential pass over every element). per="thread" (a reduction): each thread's share of n, then the
+    partials in any order, atomics included. per="block" (a scan): each block's tile, block threads x each
+    thread's share, scanned as a tree, then the carries passed from tile to tile."""
+    if not launch:
+        return 1
+    share = -(-n // int(launch["threads"]))
+    return share if per == "thread" else share * int(launch["block_threads"])
 
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -170,14 +171,14 @@ def _column_sums_tolerance(x, expected, launch=None):
 
 
 def _sum_tolerance(x, expected, launch=None):
-    per = _per_chunk(x.size, launch, "threads")
+    per = _per_chunk(x.size, launch, "thread")
     bound = SAFETY * U32 * prefix_sum_rounding(x, per)[-1:]
     return Tolerance(rtol=1.0, scale=bound,  # an absolute bound, as rtol x scale for callers that read those
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²): {per} element(s) per thread, then the partials in order")
 
 
 def _scan_tolerance(x, expected, launch=None):
-    per = _per_chunk(x.size, launch, "blocks")
+    per = _per_chunk(x.size, launch, "block")
     bound = SAFETY * U32 * prefix_sum_rounding(x, per)
     return Tolerance(rtol=1.0, scale=bound,  # an absolute bound, as rtol x scale for callers that read those
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²) per output: tiles of {per} element(s), "

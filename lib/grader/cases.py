@@ -399,12 +399,13 @@ def _validate(case: Case, ex: Exercise, execution) -> str | None:
 
 
 def launch_structure(launches: list) -> dict | None:
-    """{"threads", "blocks"}: the most threads and the most blocks among the student's own launches, the
-    structure the tolerance's error model assumes."""
+    """{"threads", "block_threads"} of the student's widest own launch: the structure the tolerance's error
+    model assumes (None when no kernel of the student's own ran)."""
     own = [r for r in launches if not r["book"]]
     if not own:
         return None
-    return {"threads": max(launch_threads(r) for r in own), "blocks": max(math.prod(r["grid"]) for r in own)}
+    widest = max(own, key=launch_threads)
+    return {"threads": max(launch_threads(widest), 1), "block_threads": max(math.prod(widest["block"]), 1)}
 
 
 def _launch_sentence(fixed: list[dict], case: Case, unwritten: bool) -> str:
