@@ -1136,3 +1136,14 @@ def test_debug_kernels_raise_on_division_by_zero_and_leave_the_caller_s_settings
     err, _ = launch_error(k, 1, 32, np.zeros(32, np.float32), np.zeros(32, np.float32))
     assert isinstance(err, FloatingPointError) and "tid=[0, 0, 0]" in str(err), repr(err)
     assert np.geterr() == before
+
+
+def test_simbench_finds_its_kernels_and_the_attention_solution_in_its_chapter():
+    """lib.simbench (the simulator's benchmark) reads the exercise solution from chapters/attention.md:
+    this fails when the chapter's layout changes, not only when someone runs the benchmark."""
+    from lib import simbench
+
+    cases = simbench.cases()
+    assert [name for name, _, _ in cases] == ["barriers", "warp_shuffle", "transpose_tiled", "attention"]
+    attention = simbench._attention_solution()
+    assert callable(attention) and attention.__module__ == "attention_solution"
