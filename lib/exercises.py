@@ -162,10 +162,19 @@ def _reduce_inputs(size, rng):
     return (x,)
 
 
+def _sequential_rounding(partials, axis):
+    """sqrt(Σ s²) of a sum added in order along `axis` (its running partials given), plus ceil(log2 K) + 1
+    additions at the result's own magnitude, as a tree of K terms may make (lib.check.prefix_sum_rounding)."""
+    k = partials.shape[axis]
+    result = np.take(partials, -1, axis=axis)
+    depth = int(np.ceil(np.log2(max(k, 1)))) + 1
+    return np.sqrt((partials * partials).sum(axis=axis) + depth * result * result)
+
+
 def _column_sums_tolerance(x, expected, launch=None):
     """Each column summed down its rows one after another (a tree is more accurate)."""
     partials = np.cumsum(np.asarray(x, np.float64), axis=0)
-    bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=0))
+    bound = SAFETY * U32 * _sequential_rounding(partials, axis=0)
     return Tolerance(rtol=1.0, scale=bound,  # an absolute bound, as rtol x scale for callers that read those
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²), columns of {x.shape[0]} added in order")
 
@@ -208,7 +217,7 @@ def _warp_chunks(x):
 
 def _warp_sums_tolerance(x, expected, launch=None):
     partials = np.cumsum(_warp_chunks(x), axis=1)
-    bound = SAFETY * U32 * np.sqrt((partials * partials).sum(axis=1))
+    bound = SAFETY * U32 * _sequential_rounding(partials, axis=1)
     return Tolerance(rtol=1.0, scale=bound,  # an absolute bound, as rtol x scale for callers that read those
                      note=f"{SAFETY:g}·u·sqrt(Σ partial²) over each chunk of 32")
 
