@@ -242,7 +242,8 @@ class _Helper:
 
     def _start(self):
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_FORCE_CUDA_CC="9.0",
-                   CUDA_BOOK_COMPILE_ONLY="1", PYTHONPATH=str(ROOT))
+                   CUDA_BOOK_COMPILE_ONLY="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         try:
             CACHE.mkdir(parents=True, exist_ok=True)
             log = open(CACHE / "gpucompile-helper.log", "ab")

@@ -36,7 +36,8 @@ print(json.dumps({"simulator": lib.SIMULATOR, "x": x.tolist()}))
 
 def import_lib(tmp_path, injected: str, driver: int) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.update(CUDA_BOOK_GPU_CHECK="0", CUDA_BOOK_DOCTOR_INJECT=injected, CUDA_BOOK_DOCTOR_DRIVER=str(driver), PYTHONPATH=str(ROOT),
+    env.update(CUDA_BOOK_GPU_CHECK="0", CUDA_BOOK_DOCTOR_INJECT=injected, CUDA_BOOK_DOCTOR_DRIVER=str(driver),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                CUDA_BOOK_CACHE=str(tmp_path))
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
@@ -89,14 +90,15 @@ def test_ptx_too_new_for_a_cuda_12_driver_names_the_cu12_packages(tmp_path):
     assert ("pip uninstall -y nvidia-nvvm" in fix_line) == lib._cu13_nvvm_wheel()
 
 
-def test_a_probe_that_fails_is_seen_and_not_remembered(tmp_path, monkeypatch):
+def test_the_probe_sees_whether_numba_can_use_a_gpu_and_remembers_only_success(tmp_path, monkeypatch):
     monkeypatch.setattr(lib, "CACHE", tmp_path)
     monkeypatch.delenv("CUDA_BOOK_DOCTOR_INJECT", raising=False)
-    if lib.ON_GPU:
-        ok, output = lib._probe(lib._driver()[1])
+    devices, version = lib._driver()
+    if devices:  # a working GPU (also when the simulator is forced): the probe passes and is remembered
+        ok, output = lib._probe(version)
         assert ok and output == "" and (tmp_path / "doctor.json").exists()
         return
-    ok, output = lib._probe(12040)  # no usable GPU here: numba in GPU mode cannot run the probe's kernel
+    ok, output = lib._probe(12040)  # no GPU here: numba in GPU mode cannot run the probe's kernel
     assert not ok and "CUDA_BOOK_PROBE_OK" not in output and output.strip()
     problem, fix = lib.diagnose(output, 12040)
     assert problem and fix == CU12

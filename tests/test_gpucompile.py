@@ -165,7 +165,8 @@ def run_script(cache: Path, **env) -> tuple[dict, str]:
     script.write_text(SCRIPT)
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1", CUDA_BOOK_CACHE=str(cache),
-                                   PYTHONPATH=str(ROOT), **env))
+                                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                                   **env))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
 
