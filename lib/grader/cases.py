@@ -538,10 +538,11 @@ def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
     """(name, sentence) of the first known-wrong variant whose output the student's equals, else None.
 
     A model is asked for each fill the output had (NaN, then SENTINEL when there was a second run), with
-    ``fill=`` when it takes one; it matches when its output equals the student's for some fill and differs
-    from the reference (a variant that is right on these inputs cannot tell anything)."""
+    ``fill=`` when it takes one. It matches when, for every fill it can model, its output equals the
+    student's, and it differs from the reference (a variant that is right on these inputs tells nothing)."""
     scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
     for v in variants(ex.id):
+        verdicts = []
         for fill, actual in zip(execution.fills, execution.outputs):
             try:
                 try:
@@ -549,14 +550,13 @@ def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
                 except TypeError:
                     model = v.model(*case.inputs, execution.launches) if math.isnan(fill) else None
             except Exception:  # noqa: BLE001 - a variant that cannot model this case says nothing
-                continue
-            if model is None:
+                model = None
+            if model is None or np.shape(model) != actual.shape:
                 continue
             model = np.asarray(model, dtype=np.float64)
-            if model.shape != actual.shape:
-                continue
             if compare(model, case.expected, tol.rtol, tol.atol, scale) is None:
                 continue
-            if compare(actual, model, tol.rtol, tol.atol, scale) is None:
-                return v.name, v.mistake
+            verdicts.append(compare(actual, model, tol.rtol, tol.atol, scale) is None)
+        if verdicts and all(verdicts):
+            return v.name, v.mistake
     return None
