@@ -2,6 +2,7 @@
 # make test    run the tests (they build the book once more, into a temporary folder, and open it in Chromium)
 # make record  time the kernels and write data/ (on the GPU machine: make record PY=python3)
 # make student the student edition (solution cells removed) into _build/student
+# make lab     JupyterLab on the chapters, opened as notebooks, kernel = the venv (on a GPU with CUDA's libraries)
 # make clean   remove build outputs (not the venv)
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,7 +24,7 @@ JS := build/js-vendor/book-js
 VENDOR := $(JS)/require.js $(JS)/html-manager/embed-amd.js $(JS)/anywidget/index.js \
           $(JS)/mathjax/tex-mml-chtml.js
 
-.PHONY: venv vendor book test record student clean
+.PHONY: venv vendor book test record student lab clean
 
 # --- Python environment: created if absent, reinstalled whenever requirements.txt changes -------------
 STAMP := $(VENV)/.requirements-installed
@@ -96,6 +97,27 @@ record: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 
 student: venv
 	$(VENV)/bin/python -m lib.student _build/student
+
+# --- JupyterLab -----------------------------------------------------------------------------------------
+# The chapters are MyST .md files: jupytext's JupyterLab extension (shipped inside the jupytext package) opens
+# them as notebooks once it is their default viewer, set in jupyter/labconfig/default_setting_overrides.json
+# (read from every folder on JUPYTER_CONFIG_PATH). JUPYTER_PATH puts the venv's "python3" kernel before any
+# a user installed elsewhere, so the kernel is this venv. LAB_ARGS: more options (the test gives a port, a token).
+# On a GPU machine numba-cuda also needs the CUDA libraries for the driver's CUDA version, as nvidia-smi
+# reports it (CUDA= skips them). With CUDA 12, the CUDA 13 NVVM of requirements.txt would be found before
+# theirs (`import lib` names the same fix), so it is removed. Jupyter refuses root unless told (GPU containers
+# and CI run as root).
+LAB_ARGS ?=
+CUDA ?= $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -n 1 | \
+                awk '$$1 >= 13 {print "cu13"} $$1 == 12 {print "cu12"}')
+$(VENV)/.cuda-%: $(STAMP)
+	$(VENV)/bin/python -m pip install -q "$$(sed -n 's/^numba-cuda==/numba-cuda[$*]==/p' requirements.txt)"
+	$(if $(filter cu12,$*),$(VENV)/bin/python -m pip uninstall -q -y nvidia-nvvm)
+	touch $@
+
+lab: venv $(addprefix $(VENV)/.cuda-,$(CUDA))
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter" JUPYTER_PATH="$(CURDIR)/$(VENV)/share/jupyter" \
+	    $(VENV)/bin/jupyter-lab chapters/ $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf _build build
