@@ -589,21 +589,23 @@ def _global_element_access():
     (numba's wrapper goes through three Python calls per element, most of a loop-heavy kernel's time)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
 
-    def check(idx):
-        if type(idx) is tuple:
-            try:
-                if min(idx) >= 0:  # integers only, none negative: the common case, in C
-                    return
-            except (TypeError, ValueError):  # a slice in it, or ()
-                pass
-            for i in idx:
-                if isinstance(i, _INTEGERS) and i < 0:
-                    _reject_negative(idx)
-        elif isinstance(idx, _INTEGERS) and idx < 0:
-            _reject_negative(idx)
+    def check(idx):  # the slow path: slices, numpy integers, anything unusual
+        for i in idx if type(idx) is tuple else (idx,):
+            if isinstance(i, _INTEGERS) and i < 0:
+                _reject_negative(idx)
 
+    # The common cases are checked inline, in as few Python steps as possible: this runs for every element.
     def __getitem__(self, idx):
-        check(idx)
+        kind = type(idx)
+        if kind is tuple:
+            try:
+                fine = min(idx) >= 0  # integers only, none negative: in C
+            except (TypeError, ValueError):  # a slice in it, or ()
+                fine = False
+            if not fine:
+                check(idx)
+        elif kind is not int or idx < 0:
+            check(idx)
         item = self._item
         ret = item._ary[idx]
         if type(ret) is np.ndarray or type(ret) is np.void:  # a view (slice, record): wrapped as numba does
@@ -611,7 +613,16 @@ def _global_element_access():
         return ret
 
     def __setitem__(self, idx, val):
-        check(idx)
+        kind = type(idx)
+        if kind is tuple:
+            try:
+                fine = min(idx) >= 0
+            except (TypeError, ValueError):
+                fine = False
+            if not fine:
+                check(idx)
+        elif kind is not int or idx < 0:
+            check(idx)
         self._item._ary[idx] = val
 
     FakeWithinKernelCUDAArray.__getitem__ = __getitem__
