@@ -1,78 +1,268 @@
-"""Instructor mode: grading a folder of submissions (every failure kind becomes a row, the run goes on,
-results do not depend on order) and the student edition (no solution text survives)."""
+"""Instructor mode: grading a folder of submissions. Every failure kind becomes a row, every forgery and
+sabotage in tests/submissions/ leaves honest classmates passed and the forger not passed, odd entries of the
+folder each get a row, the CSV is always written; and the student edition holds no solution text."""
+import csv
+import os
+import re
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
+import psutil
 import pytest
 
 import lib
+from lib.exercises import EXERCISES
+from lib.grader import folder, remote, sandbox
 from lib.grader.folder import COLUMNS, grade_folder
 from lib.notebooks import read, toc_chapters
 from lib.student import build, is_solution
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
-LIMIT_S = 45  # per notebook; frank.md never finishes
+LIMIT_S = 30        # per notebook; frank.md never finishes
+SECRET = "s3cret"
+EXTRA = (5000,)     # one hidden size for vector_add
+MARKERS = ("book-grader-daemon-marker", "book-grader-pipe-marker")
+
+
+def _sandbox_problem():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return sandbox.probe(Path(tmp))
+
+
+needs_sandbox = pytest.mark.skipif(_sandbox_problem() is not None, reason=f"{_sandbox_problem()}: the "
+                                   "forgers would damage this checkout unsandboxed")
+
+
+def _odd_entries(dest: Path):
+    """Entries a real submissions folder may hold, each of which must get a row that says what it is."""
+    alice, bob = (SUBMISSIONS / "alice.md").read_bytes(), (SUBMISSIONS / "bob.ipynb").read_bytes()
+    (dest / "=cmd.md").write_bytes(alice)                    # a name a spreadsheet reads as a formula
+    Path(os.fsdecode(os.fsencode(dest) + b"/bad\xffname.md")).write_bytes(alice)  # not UTF-8
+    (dest / "shout.IPYNB").write_bytes(bob)
+    (dest / "dup.md").write_bytes(alice)
+    (dest / "dup.ipynb").write_bytes(bob)
+    (dest / "folder.md").mkdir()
+    (dest / "gone.md").symlink_to(dest / "nowhere.md")
+    (dest / "link.md").symlink_to(dest / "alice.md")         # a link to a classmate: refused too
+    os.mkfifo(dest / "pipe.md")
+    (dest / "notes.txt").write_text("not a notebook")
+    (dest / ".hidden.md").write_bytes(alice)
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("grading") / "report.csv"
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(SUBMISSIONS), "--out", str(out),
-                           "--timeout", str(LIMIT_S), "--jobs", "2"], cwd=lib.ROOT, capture_output=True,
-                          text=True, timeout=600)
+def graded(tmp_path_factory):
+    """One grading run over a copy of tests/submissions/ (the saboteurs only ever reach the copy) plus odd
+    entries: (rows by student, stdout, the copied folder, seconds)."""
+    subs = tmp_path_factory.mktemp("submissions")
+    for src in SUBMISSIONS.iterdir():
+        shutil.copy2(src, subs / src.name)
+    _odd_entries(subs)
+    out = tmp_path_factory.mktemp("report") / "report.csv"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(subs), "--out", str(out), "--timeout",
+                           str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET,
+                           "--extra-size", "vector_add=" + "x".join(map(str, EXTRA))],
+                          cwd=lib.ROOT, capture_output=True, timeout=900)
+    seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return pd.read_csv(out, keep_default_na=False).set_index("student"), proc.stdout
+    assert "compare = lambda" not in (lib.ROOT / "lib" / "check.py").read_text(), \
+        "a submission edited the instructor's lib/check.py"
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COLUMNS
+    by_student = {}
+    for row in rows:
+        assert row["student"] not in by_student, f"two rows for {row['student']}"
+        by_student[row["student"]] = row
+    return by_student, proc.stdout.decode(), subs, seconds
 
 
-def test_one_row_per_student_and_exercise(report):
-    df, _ = report
-    assert list(df.reset_index().columns) == COLUMNS
-    assert sorted(df.index) == sorted(p.stem for p in SUBMISSIONS.iterdir())
-    assert set(df["exercise"]) == {"vector_add"}
-
-
+@needs_sandbox
 @pytest.mark.parametrize("student,passed,status,words", [
     ("alice", True, "passed", ""),                                    # correct
     ("bob", False, "failed", "first at index"),                       # wrong kernel: tail never written
     ("carol", False, "not attempted yet", "write vector_add"),        # the stub
-    ("dave", False, "not graded", "SyntaxError"),                     # syntax error
+    ("dave", False, "not graded", "never called grade('vector_add'); code cell 2 raised SyntaxError"),
     ("erin", False, "error", "NameError: name 'fast_add'"),           # import failed, then used
     ("frank", False, "not graded", f"did not finish within {LIMIT_S} s"),  # hangs
     ("grace", False, "not graded", "kernel died"),                    # kills its kernel
     ("heidi", False, "not graded", "empty"),                          # empty file
     ("ivan", False, "not graded", "not a readable notebook"),         # corrupt JSON
 ])
-def test_each_kind_of_submission_gets_the_row_it_deserves(report, student, passed, status, words):
-    df, _ = report
-    row = df.loc[student]
-    assert (str(row["passed"]) == "True") == passed and row["status"] == status, dict(row)
-    assert words in row["first_failure"]
+def test_each_kind_of_submission_gets_the_row_it_deserves(graded, student, passed, status, words):
+    rows, _, _, _ = graded
+    row = rows[student]
+    assert (row["passed"] == "True") == passed and row["status"] == status, row
+    assert words in row["first_failure"], row
 
 
-def test_summary_table_is_printed(report):
-    _, stdout = report
-    assert "vector_add" in stdout and "pass_rate" in stdout and "11 %" in stdout
+FORGERS = ["forge_log", "patch_compare", "patch_passed", "patch_grade", "patch_exercises", "frame_walk",
+           "classmate", "edit_check", "malformed", "replay_seed", "kill_grader", "daemon", "hold_pipe", "flood"]
 
 
-def test_order_and_repetition_do_not_change_pass_fail(tmp_path, report):
+@needs_sandbox
+@pytest.mark.parametrize("student", FORGERS)
+def test_no_forgery_or_sabotage_passes(graded, student):
+    rows, _, _, _ = graded
+    assert rows[student]["passed"] == "False", rows[student]
+
+
+@needs_sandbox
+def test_forgers_fail_for_what_their_function_computes(graded):
+    """Each do-nothing function is judged on its (unwritten) output; a replaced grade() never reaches the
+    grader; a killed notebook is recorded as such."""
+    rows, _, _, _ = graded
+    for student in ["forge_log", "patch_compare", "patch_passed", "patch_exercises", "frame_walk",
+                    "edit_check", "malformed", "daemon", "hold_pipe", "flood"]:
+        assert rows[student]["status"] == "failed" and rows[student]["first_failure"], \
+            rows[student]
+    assert "never called grade('vector_add')" in rows["patch_grade"]["first_failure"]
+    assert rows["kill_grader"]["status"] == "not graded"
+    refused = re.search(r"malformed: (\d+) malformed message\(s\) to the grader refused", graded[1])
+    assert refused and int(refused.group(1)) >= 9, graded[1]   # the forger's 13 attempts, 10 of them malformed
+
+
+@needs_sandbox
+def test_honest_classmates_and_files_survive_the_saboteurs(graded):
+    rows, _, subs, _ = graded
+    assert (subs / "alice.md").read_bytes() == (SUBMISSIONS / "alice.md").read_bytes()
+    assert rows["alice"]["passed"] == "True" and rows["dup.md"]["passed"] == "True"
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any(m in " ".join(p.info["cmdline"] or ()) for m in MARKERS)]
+    assert not left, f"processes outlived the run: {left}"
+
+
+@needs_sandbox
+def test_the_run_stays_bounded_by_the_limits(graded):
+    """frank (a hang), hold_pipe (pipes held open) and flood (300 MB of output) cost at most the limit each."""
+    rows, stdout, _, seconds = graded
+    assert float(rows["frank"]["seconds"]) < LIMIT_S + 10
+    assert float(rows["hold_pipe"]["seconds"]) < LIMIT_S and float(rows["flood"]["seconds"]) < LIMIT_S
+    assert len(stdout) < 10_000 and seconds < 300
+
+
+@needs_sandbox
+def test_odd_entries_each_get_a_row_that_says_what_they_are(graded):
+    rows, stdout, _, _ = graded
+    assert rows["'=cmd"]["passed"] == "True"                     # neutralised, graded
+    assert rows["bad\ufffdname"]["passed"] == "True"
+    assert rows["shout"]["status"] == "failed"                   # .IPYNB is a notebook (bob's)
+    assert rows["dup.ipynb"]["status"] == "failed" and rows["dup.md"]["status"] == "passed"
+    for student, words in [("folder", "a folder"), ("gone", "symbolic link"), ("link", "symbolic link"),
+                           ("pipe", "not a regular file"), ("notes", "not a notebook")]:
+        assert rows[student]["status"] == "not graded" and words in rows[student]["first_failure"], rows[student]
+    assert ".hidden" not in " ".join(rows) and ".hidden.md" in stdout
+
+
+@needs_sandbox
+def test_only_registered_exercises_make_rows_and_no_cell_is_a_formula(graded):
+    rows, _, _, _ = graded
+    assert {r["exercise"] for r in rows.values()} == {"vector_add"}
+    for row in rows.values():
+        for value in row.values():
+            assert not value.startswith(folder.FORMULA_START), row
+
+
+@needs_sandbox
+def test_secret_seed_extra_size_and_partial_credit(graded):
+    """Seeds come from the instructor's secret (replayable by the instructor), the hidden size is checked,
+    and cases passed / cases run are columns."""
+    rows, _, _, _ = graded
+    fixed = len(EXERCISES["vector_add"].gpu_cases if lib.ON_GPU else EXERCISES["vector_add"].sim_cases) + 1
+    alice = rows["alice"]
+    assert int(alice["seed"]) == remote.Seeds(SECRET).seed("alice", "vector_add", 1)
+    assert alice["cases_passed"] == alice["cases_planned"] and int(alice["cases_planned"]) >= fixed
+    assert int(rows["bob"]["cases_passed"]) < int(rows["bob"]["cases_planned"])
+
+
+@needs_sandbox
+def test_summary_table_is_printed(graded):
+    _, stdout, _, _ = graded
+    assert "vector_add" in stdout and "pass_rate" in stdout and "sandbox: namespaces" in stdout
+
+
+@needs_sandbox
+def test_order_and_repetition_do_not_change_pass_fail(tmp_path, graded):
     """A second run, over a folder whose files sort in the opposite order, gives the same pass/fail."""
-    df, _ = report
+    rows, _, _, _ = graded
     chosen = ["alice", "bob", "carol", "erin"]
     for i, name in enumerate(reversed(chosen)):
         src = next(SUBMISSIONS.glob(f"{name}.*"))
         (tmp_path / f"{i}_{name}{src.suffix}").write_bytes(src.read_bytes())
-    rows, summary = grade_folder(tmp_path, limit_s=LIMIT_S, jobs=2, progress=False)
-    again = {r["student"].split("_", 1)[1]: r["passed"] for r in rows}
-    assert again == {name: str(df.loc[name, "passed"]) == "True" for name in chosen}
+    again, summary, _ = grade_folder(tmp_path, limit_s=LIMIT_S, jobs=2, progress=False)
+    assert {r["student"].split("_", 1)[1]: r["passed"] for r in again} == \
+        {name: rows[name]["passed"] == "True" for name in chosen}
     assert summary.loc["vector_add", "passed"] == 1
+
+
+def test_without_a_sandbox_the_run_says_so_in_its_notes(tmp_path, monkeypatch):
+    shutil.copy2(SUBMISSIONS / "alice.md", tmp_path / "alice.md")
+    monkeypatch.setitem(sandbox._PROBE, "reason", "no sandbox: pretend")
+    rows, _, notes = grade_folder(tmp_path, limit_s=LIMIT_S, progress=False)
+    assert rows[0]["passed"] and "UNSANDBOXED" in notes[0]
 
 
 def test_a_missing_folder_is_a_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lib.grader", str(tmp_path / "nope"), "--out", "x.csv"],
                           cwd=lib.ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "is not a folder" in proc.stderr
+
+
+def test_a_bad_extra_size_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(tmp_path), "--out", "x.csv",
+                           "--extra-size", "matmul=5"], cwd=lib.ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "matmul takes sizes of 3 positive number(s)" in proc.stderr
+
+
+# --- the protocol, without notebooks -------------------------------------------------------------
+def test_messages_past_the_caps_are_refused_before_they_are_read():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(remote.MAGIC + (1 << 31).to_bytes(4, "little") + (0).to_bytes(4, "little"))
+        with pytest.raises(remote.ProtocolError, match="larger than allowed"):
+            remote.recv(b, max_arrays=0, array_cap=0, deadline=time.monotonic() + 5)
+        remote.send(a, {"op": "result"}, [np.zeros(1000, np.float32)])
+        with pytest.raises(remote.ProtocolError, match="4128 bytes"):
+            remote.recv(b, max_arrays=3, array_cap=100, deadline=time.monotonic() + 5)
+
+
+def test_a_result_that_does_not_fit_the_case_is_refused_and_a_pickle_never_loads():
+    ex = EXERCISES["vector_add"]
+    case = remote.prepare(ex, (10,), np.random.default_rng(0))
+    right = [(case.inputs[0] + case.inputs[1]).astype(np.float32), *case.inputs]
+    assert remote.judge(ex, case, {}, right, 0.0).passed
+    with pytest.raises(remote.ProtocolError, match="float64"):
+        remote.judge(ex, case, {}, [right[0].astype(np.float64), *case.inputs], 0.0)
+    with pytest.raises(remote.ProtocolError, match="2 arrays"):
+        remote.judge(ex, case, {}, right[:2], 0.0)
+    a, b = socket.socketpair()
+    with a, b:
+        import io
+        import struct
+
+        buf = io.BytesIO()
+        np.save(buf, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+        a.sendall(remote.MAGIC + struct.pack("<II", 2, 1) + b"{}" + struct.pack("<Q", len(buf.getvalue()))
+                  + buf.getvalue())
+        with pytest.raises(remote.ProtocolError, match="not a plain .npy"):
+            remote.recv(b, max_arrays=1, array_cap=1 << 20, deadline=time.monotonic() + 5)
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(tmp_path):
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(student="=HYPERLINK(\"x\")", exercise="vector_add", first_failure="-1+1", seed=7)
+    out = tmp_path / "r.csv"
+    folder.write_csv([row], out)
+    text = out.read_text()
+    assert "'=HYPERLINK" in text and "'-1+1" in text and ",7," in text
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]   # no temporary file left
 
 
 # --- student edition ------------------------------------------------------------------------------

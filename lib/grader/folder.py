@@ -32,7 +32,7 @@ from . import remote, sandbox
 
 SUFFIXES = (".ipynb", ".md")
 GRADE_CALL = re.compile(r"""\bgrade\(\s*["']([A-Za-z_][\w]*)["']""")
-COLUMNS = ["student", "exercise", "passed", "status", "cases_passed", "cases_run", "seconds", "seed",
+COLUMNS = ["student", "exercise", "passed", "status", "cases_passed", "cases_planned", "seconds", "seed",
            "first_failure"]
 SIZE_CAP_BYTES = 20 << 20   # a notebook larger than this is not run
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -57,6 +57,7 @@ class Outcome:
     named: list = field(default_factory=list)
     problem: str = ""      # what stopped the notebook (or kept it from running)
     cell_error: str = ""   # the first error a cell raised, when the notebook ran to the end
+    refused: int = 0       # malformed messages the grader refused
     seconds: float = 0.0
 
 
@@ -194,8 +195,7 @@ def _run_one(run: Run, sub: Submission, index: int) -> Outcome:
         tail = result.stderr.decode("utf-8", "replace").strip().splitlines()
         outcome.problem = (f"the notebook's process ended without a result (exit code {result.returncode})"
                            + (f": {tail[-1][:200]}" if tail else ""))
-    if verdicts.protocol_errors:
-        outcome.problem += f" [grader: {len(verdicts.protocol_errors)} malformed message(s) refused]"
+    outcome.refused = len(verdicts.protocol_errors)
     shutil.rmtree(base, ignore_errors=True)
     return outcome
 
@@ -225,13 +225,13 @@ def rows_for(outcome: Outcome, exercises: list[str]) -> list[dict]:
         r = outcome.reports.get(ex)
         if r is not None:
             rows.append({"student": outcome.student, "exercise": ex, "passed": r.passed, "status": r.status,
-                         "cases_passed": sum(c.passed for c in r.cases), "cases_run": len(r.cases),
+                         "cases_passed": r.cases_passed, "cases_planned": r.planned,
                          "seconds": round(r.seconds, 3), "seed": r.seed, "first_failure": r.first_failure()})
         else:
             why = outcome.problem or (f"the notebook ran to the end but never called grade({ex!r})"
                                       + (f"; {outcome.cell_error}" if outcome.cell_error else ""))
             rows.append({"student": outcome.student, "exercise": ex, "passed": False, "status": NOT_GRADED,
-                         "cases_passed": 0, "cases_run": 0, "seconds": round(outcome.seconds, 3), "seed": "",
+                         "cases_passed": 0, "cases_planned": 0, "seconds": round(outcome.seconds, 3), "seed": "",
                          "first_failure": why})
     return rows
 
@@ -267,6 +267,7 @@ def grade_folder(folder: Path, limit_s: float = 300.0, jobs: int = 1, progress: 
                 bar.update(1)
     finally:
         shutil.rmtree(run.scratch, ignore_errors=True)
+    notes += [f"{o.student}: {o.refused} malformed message(s) to the grader refused" for o in outcomes if o.refused]
     exercises = sorted({e for o in outcomes for e in o.reports} | {e for o in outcomes for e in o.named})
     rows = [row for o in outcomes for row in rows_for(o, exercises or [""])]
     df = pd.DataFrame(rows, columns=COLUMNS)

@@ -12,11 +12,13 @@ header (UTF-8 JSON object), and each array as uint64 length + ``.npy`` bytes (re
 ``allow_pickle=False``). The grader caps every length before reading it and checks every array's dtype and
 shape against the case it sent.
 
-Messages: child -> ``{"op": "grade", "exercise": id}``; grader -> ``{"op": "case", "size", "out_shape",
-"limit_s"}`` + inputs; child -> ``{"op": "result", "error"?, "not_attempted"?, "timeout"?, "launches"}``
-+ [output, *inputs after] (no arrays when ``fn`` raised); ... grader -> ``{"op": "done", "status",
-"passed"}``. ``{"op": "outcome", "problem", "cell_error"}`` (from :mod:`lib.grader.execute`) says how the
-notebook as a whole ran. Launch records come from the submission's process and are not evidence.
+Messages: child -> ``{"op": "grade", "exercise": id}``; for each size the grader's planner chooses
+(:func:`lib.grader.cases.plan`), grader -> ``{"op": "case", "exercise", "size", "out_shape", "limit_s"}`` +
+inputs, and child -> ``{"op": "result", "outcome", "n_outputs", "fills", "launches", "error", ...}`` +
+outputs + inputs after (an :class:`lib.grader.cases.Execution`, which :func:`lib.grader.cases.judge`
+validates); finally grader -> ``{"op": "done", "status", "passed"}``. ``{"op": "outcome", "problem",
+"cell_error"}`` (from :mod:`lib.grader.execute`) says how the notebook as a whole ran. Launch records come
+from the submission's process: they are its own claims, not evidence (README, threat model).
 """
 from __future__ import annotations
 
@@ -34,11 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..exercises import EXERCISES
+
 SOCKET_ENV = "BOOK_GRADE_SOCKET"   # set in the sandbox: the path of the grader's socket
 MAGIC = b"BKG1"
 HEADER_CAP = 64 * 1024
 TEXT_CAP = 300                     # characters of any text a submission sends (exception messages)
-LAUNCH_CAP = 64                    # launch records kept per case
 CONNECTION_CAP = 500               # grade() calls (and other connections) per submission
 
 
@@ -193,8 +196,8 @@ class Server:
                     self.verdicts.protocol_errors.append(_text(exc) or type(exc).__name__)
 
     def _grade(self, conn: socket.socket, exercise_id):
-        from ..exercises import EXERCISES
-        from . import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, _size_label
+        from . import cases
+        from .report import ERROR, TIMEOUT, verdict
 
         if not isinstance(exercise_id, str) or exercise_id not in EXERCISES:
             send(conn, {"op": "unknown", "exercises": sorted(EXERCISES)})
@@ -202,100 +205,75 @@ class Server:
         ex = EXERCISES[exercise_id]
         with self._lock:
             call = self._calls[exercise_id] = self._calls.get(exercise_id, 0) + 1
-        report = GradeReport(exercise_id, FAILED, self.seeds.seed(self.student, exercise_id, call))
-        sizes = planned_sizes(ex, self.on_gpu, self.extra_sizes.get(exercise_id, ()))
-        rng = np.random.default_rng(report.seed)
+        seed = self.seeds.seed(self.student, exercise_id, call)
+        planner = cases.plan(ex, seed, on_gpu=self.on_gpu, secret=self.seeds.secret is not None,
+                             extra_sizes=self.extra_sizes.get(exercise_id, ()))
+        rng = np.random.default_rng(seed)
+        results, stopped, timed_out = [], "", False
         t0 = time.monotonic()
         deadline = t0 + ex.time_limit_s
-        with self._lock:  # recorded at once: a call cut short still counts, with the cases it reached
-            self.verdicts.reports[exercise_id] = report
         try:
-            for size in sizes:
-                case = prepare(ex, size, rng)
-                send(conn, {"op": "case", "size": list(size), "out_shape": list(case.out_shape),
-                            "limit_s": max(deadline - time.monotonic(), 0.0)}, case.inputs)
-                header, arrays = recv(conn, max_arrays=1 + len(case.inputs), array_cap=case.cap_bytes,
-                                      deadline=deadline)
-                if header.get("op") != "result":
-                    raise ProtocolError(f"expected a result, got {_text(header.get('op'))!r}")
-                if header.get("not_attempted"):
-                    report.status, report.cases = NOT_ATTEMPTED, []
-                    report.message = f"write {ex.signature} in the exercise cell, then run the check again"
-                    break
-                if header.get("timeout"):
+            for size in planner:
+                case = cases.prepare_case(ex, size, rng)
+                send(conn, {"op": "case", "exercise": ex.id, "size": list(case.size),
+                            "out_shape": list(case.out_shape), "limit_s": max(deadline - time.monotonic(), 0.0)},
+                     case.inputs)
+                execution = _execution(case, *recv(conn, max_arrays=2 + len(case.inputs),
+                                                   array_cap=_array_cap(case), deadline=deadline))
+                if execution.outcome == "timeout":
                     raise TimeoutError
-                report.cases.append(judge(ex, case, header, arrays, time.monotonic() - t0))
-            else:
-                failed = next((c for c in report.cases if not c.passed), None)
-                if failed is None and len(report.cases) == len(sizes):
-                    report.status = PASSED
-                elif failed is not None:
-                    report.status = ERROR if failed.raised else FAILED
-                    report.message = f"size {_size_label(failed.size)}: {failed.message}"
-                    report.hint = failed.hint
+                result = cases.judge(case, execution, planner.history)
+                results.append(result)
+                if cases._validate(case, ex, execution) is not None or result.not_attempted:
+                    break  # a malformed record never reaches the planner's history
+                planner.observe(size, execution.launches, execution.seconds)
+                if not result.passed:
+                    planner.grow = False  # its failure is known: no larger sizes needed
         except TimeoutError:
-            report.status = TIMEOUT
-            report.message = (f"did not return within {ex.time_limit_s:.0f} s (at size "
-                              f"{_size_label(sizes[len(report.cases)]) if len(report.cases) < len(sizes) else '?'})")
+            timed_out = True
         except (ProtocolError, ConnectionError, OSError) as exc:
-            report.status = ERROR
-            report.message = f"the check stopped after {len(report.cases)} of {len(sizes)} sizes: {_text(exc)}"
-        report.seconds = time.monotonic() - t0
+            stopped = _text(exc) or type(exc).__name__
+        finally:
+            report = verdict(ex.id, seed, results, len(planner.planned), timed_out=timed_out,
+                             limit_s=ex.time_limit_s, notes=planner.notes, seconds=time.monotonic() - t0)
+            report.show_seed = self.seeds.secret is None
+            if stopped and all(c.passed for c in results):
+                report.status = ERROR
+                report.message = (f"the check stopped after {len(results)} of {len(planner.planned)} sizes: "
+                                  f"{stopped}")
+            elif timed_out and all(c.passed for c in results):
+                report.status = TIMEOUT
+            with self._lock:
+                self.verdicts.reports[exercise_id] = report
         try:
             send(conn, {"op": "done", "status": report.status, "passed": report.passed})
         except OSError:
             pass
 
 
-# --- cases: planned, prepared and judged on the grader's side ----------------------------------------
-@dataclass
-class Case:
-    size: tuple
-    inputs: tuple
-    out_shape: tuple
-    expected: np.ndarray
-    tolerance: object
-
-    @property
-    def cap_bytes(self) -> int:
-        """The largest array a right answer holds, plus the .npy header."""
-        return max([int(np.prod(self.out_shape)) * 4] + [x.nbytes for x in self.inputs]) + 4096
+def _array_cap(case) -> int:
+    """The largest array a right answer holds, plus the .npy header."""
+    return max([int(np.prod(case.out_shape)) * 4] + [x.nbytes for x in case.inputs]) + 4096
 
 
-def planned_sizes(ex, on_gpu: bool, extra: tuple = ()) -> list[tuple]:
-    return list(ex.gpu_cases if on_gpu else ex.sim_cases) + [tuple(s) for s in extra]
+def _execution(case, header: dict, arrays: list):
+    """The submission's message as an Execution (judge() then checks its outcome, dtypes and shapes)."""
+    from .cases import Execution
 
-
-def prepare(ex, size, rng) -> Case:
-    inputs = ex.make_inputs(tuple(size), rng)
-    expected = ex.reference(*inputs)
-    return Case(tuple(size), inputs, tuple(ex.out_shape(*inputs)), expected, ex.tolerance(*inputs, expected))
-
-
-def judge(ex, case: Case, header: dict, arrays: list, seconds: float):
-    """The verdict on one case, from what the submission sent back (checked before it is used)."""
-    from ..check import compare, hint
-    from . import CaseResult
-
-    if header.get("error") is not None:
-        return CaseResult(case.size, False, seconds, f"your code raised {_text(header['error'])}", raised=True)
-    if len(arrays) != 1 + len(case.inputs):
-        raise ProtocolError(f"a result with {len(arrays)} arrays (expected {1 + len(case.inputs)})")
-    actual, after = arrays[0], arrays[1:]
-    for got, want in zip(arrays, (np.empty(case.out_shape, np.float32),) + tuple(case.inputs)):
-        if got.dtype != want.dtype or got.shape != want.shape:
-            raise ProtocolError(f"an array of {got.dtype} {got.shape} where {want.dtype} {want.shape} belongs")
-    names = ex.signature[ex.signature.index("(") + 1:-1].split(", ")
-    for name, x, y in zip(names, case.inputs, after):
-        if not np.array_equal(y.view(np.uint32), x.view(np.uint32)):
-            where = tuple(int(j) for j in np.argwhere(y.view(np.uint32) != x.view(np.uint32))[0])
-            return CaseResult(case.size, False, seconds,
-                              f"input `{name}` was modified (first at {where}): a kernel must only write its output")
-    tol = case.tolerance
-    bad = compare(actual, case.expected, tol.rtol, tol.atol, tol.scale)
-    if bad is None:
-        return CaseResult(case.size, True, seconds)
-    return CaseResult(case.size, False, seconds, bad.describe(), hint(bad))
+    if header.get("op") != "result":
+        raise ProtocolError(f"expected a result, got {_text(header.get('op'))!r}")
+    try:
+        n_outputs = int(header.get("n_outputs", 0))
+        fills = [float(f) for f in header.get("fills", [])]
+        seconds = float(header.get("seconds", 0.0))
+    except (TypeError, ValueError):
+        raise ProtocolError("a result whose fields have the wrong types") from None
+    if not 0 <= n_outputs <= 2 or len(arrays) not in (n_outputs, n_outputs + len(case.inputs)):
+        raise ProtocolError(f"a result with {len(arrays)} arrays for {n_outputs} output(s)")
+    launches = header.get("launches", [])
+    return Execution(_text(header.get("outcome")), arrays[:n_outputs], fills, arrays[n_outputs:],
+                     launches if isinstance(launches, list) else [], _text(header.get("error")),
+                     _text(header.get("error_hint")), seconds)
 
 
 # --- the submission's side (runs in the sandbox; decides nothing) -----------------------------------
@@ -323,51 +301,35 @@ def grade(exercise_id: str, fn, seed: int | None = None, time_limit_s: float | N
         while True:
             header, arrays = recv(sock, max_arrays=16, array_cap=1 << 36)
             if header.get("op") == "case":
-                send(sock, *_run_case(fn, arrays, tuple(header["out_shape"]), float(header["limit_s"])))
+                send(sock, *_run_case(fn, header, arrays))
             elif header.get("op") == "done":
                 return Verdict(exercise_id, header["status"], bool(header["passed"]))
             else:
                 raise KeyError(f"no exercise {exercise_id!r}; the exercises are: {', '.join(header['exercises'])}")
 
 
-def _run_case(fn, inputs, out_shape, limit_s):
-    """Run fn on device copies of the inputs, on a thread of its own so a hang can be stopped."""
-    from numba import cuda
+def _run_case(fn, header: dict, inputs: list):
+    """execute_case on a thread of its own, so that a hang can be stopped at the grader's limit."""
+    from . import _kill_threads
+    from .cases import Case, Execution, execute_case
 
-    from ..launches import record
-    from . import GradeTimeout, _describe_exception, _kill_threads
-
-    state: dict = {}
-
-    def work():
-        try:
-            with record() as launches:
-                d_inputs = [cuda.to_device(x) for x in inputs]
-                d_out = cuda.to_device(np.full(out_shape, np.nan, dtype=np.float32))
-                fn(*d_inputs, d_out)
-                cuda.synchronize()
-                state["arrays"] = [d_out.copy_to_host()] + [d.copy_to_host() for d in d_inputs]
-            state["launches"] = [{"name": ln.name, "module": ln.module, "grid": list(ln.grid),
-                                  "block": list(ln.block), "book": ln.book} for ln in launches[:LAUNCH_CAP]]
-        except NotImplementedError:
-            state["not_attempted"] = True
-        except GradeTimeout:
-            state["timeout"] = True
-        except BaseException as exc:  # noqa: BLE001 - the grader words it
-            state["error"] = _describe_exception(exc).removeprefix("your code raised ")
-
+    case = Case(str(header["exercise"]), tuple(header["size"]), tuple(inputs), np.empty(0),
+                tuple(header["out_shape"]))
+    stop, box = threading.Event(), []
     before = set(threading.enumerate())
-    worker = threading.Thread(target=work, daemon=True)
+    worker = threading.Thread(target=lambda: box.append(execute_case(fn, case, stop=stop)), daemon=True)
     worker.start()
-    worker.join(limit_s)
-    if worker.is_alive():
+    worker.join(float(header["limit_s"]))
+    if worker.is_alive() or not box:
+        stop.set()
         _kill_threads([t for t in threading.enumerate() if t not in before])
-        return {"op": "result", "timeout": True}, []
-    header = {"op": "result", "launches": state.get("launches", [])}
-    for key in ("not_attempted", "timeout", "error"):
-        if key in state:
-            header[key] = state[key]
-    return header, state.get("arrays", []) if "error" not in state else []
+        execution = Execution("timeout")
+    else:
+        execution = box[0]
+    meta = {"op": "result", "outcome": execution.outcome, "n_outputs": len(execution.outputs),
+            "fills": execution.fills, "launches": execution.launches, "error": execution.error,
+            "error_hint": execution.error_hint, "seconds": execution.seconds}
+    return meta, list(execution.outputs) + list(execution.inputs_after)
 
 
 def install():
