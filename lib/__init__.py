@@ -219,9 +219,9 @@ def pick(sim, gpu):
 def banner() -> str:
     if SIMULATOR and FALLBACK:
         return f"lib: a GPU is here but numba cannot use it: {FALLBACK}\nlib: meanwhile kernels run on " \
-               "numba's CUDA simulator (small sizes, no timings)"
+               "numba's simulator (small sizes, no timings)"
     if SIMULATOR:
-        return "lib: no CUDA GPU, kernels run on numba's CUDA simulator (small sizes, no timings)"
+        return "lib: no CUDA GPU; kernels run on numba's simulator (small sizes, no timings)"
     return f"lib: running on {DEVICE_NAME} (full sizes, live timings)"
 
 
