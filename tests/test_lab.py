@@ -8,7 +8,8 @@ page the mode line `import lib` prints, the exercise's "not attempted yet" repor
 "passed" report for the solution. On CI (no GPU) the kernel runs the simulator.
 
 The reader's own JupyterLab settings and runtime files are kept out (temporary folders), autosave is off so
-the chapter on disk is never rewritten, and the server and its kernels are stopped at the end.
+the chapter on disk is never rewritten, checkpoints go to a temporary folder, and the server and its kernels
+are stopped at the end.
 """
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ class Lab:
                    JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"))
         args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={self.port} --ServerApp.port_retries=0 "
                 f"--IdentityProvider.token={self.token} "
-                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate "
+                # the checkpoint Lab makes when it opens a file goes here, not into chapters/
+                f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}")
         self.log = tmp / "lab.log"
         # CUDA= : the CUDA libraries are a GPU machine's step; this test checks Lab, jupytext and the kernel.
         self.proc = subprocess.Popen(["make", "--no-print-directory", "lab", "CUDA=", f"LAB_ARGS={args}"],
