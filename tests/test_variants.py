@@ -1,0 +1,249 @@
+"""The known-wrong variants of every graded exercise (lib.variants): each is really wrong, its model reproduces
+what its kernel outputs, and the grader names its mistake; beside them, the book's own solutions pass on the
+same inputs.
+
+Two modes, one file:
+
+* on the simulator (CI), every variant and every solution runs once, on inputs from the exercise at a size
+  that spans at least three blocks of the variant's launch (and past any fixed launch), through the
+  grader's own steps (execute_case, judge);
+* on a GPU, every solution and every variant goes through ``grade()`` at the exercise's GPU sizes: each
+  solution must pass, each variant must fail. Where ``CUDA_BOOK_VARIANTS_REPORT`` names a file, a summary
+  (status, named mistake, seconds per check) is written there as JSON.
+
+The variants' kernels live in lib/, which the grader counts as the book's own code (a book kernel is never
+an answer); here they stand for a student's, so the module fixture makes lib/variants count as the
+student's own.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lib
+import lib.launches as launch_hooks
+from lib.check import compare
+from lib.exercises import EXERCISES
+from lib.grader import FAILED, PASSED, grade
+from lib.grader.cases import execute_case, judge, launch_structure, prepare_case
+from lib.variants import RACES, SIMULATOR_ONLY_MODELS, VARIANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Simulator sizes: at least three blocks of each variant's launch, past every fixed launch (64 threads; an
+# 8x8 grid of 16x16 blocks covers 128 x 128), more than 256 first-pass partials of 32 elements (the one-block
+# second pass), K past one 16-wide tile and not one more than a multiple of it, ragged everywhere.
+SIM_SIZES = {
+    "vector_add": (1001,), "outer_product": (20, 140), "transpose": (140, 20), "column_sums": (20, 300),
+    "matmul": (20, 130, 19), "matmul_bt": (20, 130, 19), "reduce_sum": (9001,), "reduce_max": (9001,),
+    "warp_reduce": (1001,), "scan_inclusive": (555,), "scan_exclusive": (555,), "compact_positive": (555,),
+    "online_merge": (300, 9), "softmax_rows": (300, 37), "attention": (70, 20, 8),
+    "attention_tile_update": (140, 16, 8),
+}
+
+
+def _reduce_max_telling(x):
+    """The maximum lies past the first 256 partials of 32 (the one-block second pass drops it) and outside the
+    last block of 512 (so blocks that store into out[0] lose it)."""
+    top = int(np.argmax(x))
+    return 256 * 32 <= top < x.size - (x.size % 512 or 512)
+
+
+# Inputs where every variant of the exercise shows its mistake (the first seed from 0 that satisfies this).
+TELLING = {
+    "reduce_max": lambda x: _reduce_max_telling(x),
+    "compact_positive": lambda x: x[-1] > 0,  # "last element dropped" only shows when x[-1] is kept
+}
+
+ALL = [(ex_id, v.name) for ex_id in sorted(VARIANTS) for v in VARIANTS[ex_id]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def variants_count_as_student_code():
+    """lib/variants is book code to the grader; in these tests its kernels play a student's."""
+    original = launch_hooks._origin
+
+    def origin(py_func):
+        file, book = original(py_func)
+        return (file, False) if file and "/lib/variants/" in file.replace("\\", "/") else (file, book)
+
+    launch_hooks._origin = origin
+    try:
+        yield
+    finally:
+        launch_hooks._origin = original
+
+
+def _variant(ex_id, name):
+    return next(v for v in VARIANTS[ex_id] if v.name == name)
+
+
+_cases: dict = {}
+
+
+def _case(ex_id):
+    """The simulator case of an exercise (cached: every variant of it sees the same inputs)."""
+    if ex_id not in _cases:
+        ex = EXERCISES[ex_id]
+        telling = TELLING.get(ex_id, lambda *inputs: True)
+        for seed in range(200):
+            case = prepare_case(ex, SIM_SIZES[ex_id], np.random.default_rng(seed))
+            if telling(*case.inputs):
+                break
+        else:
+            raise AssertionError(f"{ex_id}: no seed below 200 gives inputs on which every variant shows")
+        _cases[ex_id] = case
+    return _cases[ex_id]
+
+
+def _tolerance(ex_id, case, execution):
+    ex = EXERCISES[ex_id]
+    tol = ex.tolerance(*case.inputs, case.expected, launch=launch_structure(execution.launches))
+    return tol, (np.abs(case.expected) if tol.scale is None else tol.scale)
+
+
+def _check_model(ex_id, variant, case, execution):
+    """The model, asked for each fill the output had, reproduces the kernel's output within the check's own
+    bound (the grader's rule for naming a mistake); it may decline (None) only for the NaN fill of an output
+    that is added into. Returns how many fills it reproduced."""
+    tol, scale = _tolerance(ex_id, case, execution)
+    reproduced = 0
+    for fill, actual in zip(execution.fills, execution.outputs):
+        model = variant.model(*case.inputs, execution.launches, fill=fill)
+        if model is None:
+            assert math.isnan(fill), f"{variant.name}: the model declined the fill {fill}"
+            continue
+        model = np.asarray(model, np.float64)
+        assert model.shape == actual.shape, f"{variant.name}: model shape {model.shape}, output {actual.shape}"
+        bad = compare(actual, model, tol.rtol, tol.atol, scale)
+        assert bad is None, f"{variant.name}: the model differs from the kernel's output (fill {fill}): {bad.describe()}"
+        reproduced += 1
+    return reproduced
+
+
+def test_every_exercise_has_at_least_four_variants_with_distinct_names():
+    assert set(VARIANTS) == set(EXERCISES)
+    for ex_id, variants in VARIANTS.items():
+        names = [v.name for v in variants]
+        assert len(names) >= 4 and len(set(names)) == len(names), ex_id
+        for v in variants:
+            assert v.mistake and v.mistake[0].islower() and callable(v.model) and callable(v.kernel), v.name
+    for ex_id, name in RACES | SIMULATOR_ONLY_MODELS:
+        _variant(ex_id, name)  # each name in these sets is a variant
+
+
+def test_models_decline_a_launch_they_cannot_read():
+    """A model that needs the launch says None when there is none of the student's own (only the book's)."""
+    book = [{"name": "k", "module": "kernels.scan", "qualname": "k", "grid": [4, 1, 1], "block": [128, 1, 1],
+             "shared_bytes": 0, "book": True}]
+    case = prepare_case(EXERCISES["scan_inclusive"], (555,), np.random.default_rng(0))
+    no_carry = _variant("scan_inclusive", "no carry between blocks")
+    assert no_carry.model(*case.inputs, book) is None and no_carry.model(*case.inputs, []) is None
+
+
+# --- the simulator: each variant is wrong, modelled and named ----------------------------------------------------
+
+@pytest.mark.skipif(lib.ON_GPU, reason="simulator sizes; the GPU runs grade() below")
+@pytest.mark.parametrize("ex_id, name", ALL, ids=[f"{e}:{n}" for e, n in ALL])
+def test_variant_is_wrong_modelled_and_named(ex_id, name):
+    variant = _variant(ex_id, name)
+    case = _case(ex_id)
+    execution = execute_case(variant.kernel, case.public())
+    if (ex_id, name) in RACES:
+        # A GPU loses updates at random; the simulator runs threads one at a time, so only its debugger sees it.
+        if importlib_spec("lib.simdebug") is None:
+            pytest.skip("the race shows only with the simulator's debugger (lib.simdebug), not present here")
+        assert execution.outcome == "raised" and "race" in execution.error.lower(), execution.error
+        return
+    assert execution.outcome == "ran", execution.error
+    result = judge(case, execution)
+    assert not result.passed, f"{name} passed: it is not wrong on these inputs"
+    assert "wrong" in result.message
+    assert _check_model(ex_id, variant, case, execution) >= 1
+    assert result.mistake == name, f"{name}: the grader named {result.mistake!r} ({result.hint})"
+    assert result.hint == variant.mistake
+
+
+def importlib_spec(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
+# --- the book's solutions, on the same inputs (simulator) or through grade() (GPU) --------------------------------
+
+def _solutions() -> dict:
+    """exercise id -> the solution function of the chapters' cells tagged `solution` (run in one namespace per
+    chapter, in order, as a reader would: a later solution may call an earlier one)."""
+    import jupytext
+
+    found = {}
+    for path in sorted((ROOT / "chapters").glob("*.md")):
+        space = {"__name__": f"solutions_{path.stem}"}
+        exec("import math\nimport numpy as np\nfrom numba import cuda, float32", space)
+        for cell in jupytext.read(path).cells:
+            if "solution" not in cell.get("metadata", {}).get("tags", []) or "grade(" not in cell.source:
+                continue
+            space["grade"] = lambda ex_id, fn, *a, **k: found.__setitem__(ex_id, fn)
+            exec(compile(cell.source, f"<{path.stem} solution>", "exec"), space)
+    return found
+
+
+SOLUTIONS = _solutions()
+
+
+def test_every_exercise_has_a_solution():
+    assert set(SOLUTIONS) == set(EXERCISES)
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="simulator sizes; the GPU runs grade() below")
+@pytest.mark.parametrize("ex_id", sorted(EXERCISES))
+def test_solution_passes_where_the_variants_fail(ex_id):
+    case = _case(ex_id)
+    execution = execute_case(SOLUTIONS[ex_id], case.public())
+    result = judge(case, execution)
+    assert result.passed, f"{ex_id}: {result.message} {result.hint}"
+
+
+# --- the GPU: grade() at the exercise's GPU sizes -----------------------------------------------------------------
+
+_gpu_summary: dict = {}
+
+
+def _record(key, report, seconds):
+    _gpu_summary[key] = {"status": report.status, "seconds": round(seconds, 2),
+                         "mistakes": sorted({c.mistake for c in report.cases if c.mistake}),
+                         "sizes": [list(c.size) for c in report.cases], "message": report.message[:200]}
+    path = os.environ.get("CUDA_BOOK_VARIANTS_REPORT")
+    if path:
+        Path(path).write_text(json.dumps(_gpu_summary, indent=1, sort_keys=True))
+
+
+@pytest.mark.skipif(not lib.ON_GPU, reason="GPU sizes")
+@pytest.mark.parametrize("ex_id", sorted(EXERCISES))
+def test_solution_passes_on_the_gpu(ex_id):
+    t0 = time.perf_counter()
+    report = grade(ex_id, SOLUTIONS[ex_id], seed=1)
+    _record(f"{ex_id}:solution", report, time.perf_counter() - t0)
+    assert report.status == PASSED, str(report)
+
+
+@pytest.mark.skipif(not lib.ON_GPU, reason="GPU sizes")
+@pytest.mark.parametrize("ex_id, name", ALL, ids=[f"{e}:{n}" for e, n in ALL])
+def test_variant_fails_on_the_gpu(ex_id, name):
+    variant = _variant(ex_id, name)
+    t0 = time.perf_counter()
+    report = grade(ex_id, variant.kernel, seed=1)
+    _record(f"{ex_id}:{name}", report, time.perf_counter() - t0)
+    assert report.status == FAILED, str(report)
+    named = {c.mistake for c in report.cases if c.mistake}
+    # named as itself, or not at all (a race, or an order the GPU does not keep); never as another mistake
+    assert named <= {name}, f"{name} was named {named}"
+    if (ex_id, name) not in RACES | SIMULATOR_ONLY_MODELS:
+        assert named == {name}, f"{name} was not named:\n{report}"
