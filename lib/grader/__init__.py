@@ -26,15 +26,11 @@ import numpy as np
 from ..exercises import EXERCISES, Exercise
 from .cases import (SENTINEL, Case, CaseResult, Execution, GradeTimeout, Planner, describe_exception,
                     execute_case, judge, launch_record, plan, prepare_case)
-from .report import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, size_label, verdict
+from .report import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, verdict
 
 __all__ = ["grade", "stub", "plan", "prepare_case", "execute_case", "judge", "Planner", "Case", "Execution",
            "CaseResult", "GradeReport", "GradeTimeout", "SENTINEL", "PASSED", "FAILED", "NOT_ATTEMPTED",
            "TIMEOUT", "ERROR", "launch_record", "verdict"]
-
-
-# the names instructor mode's first draft imported (lib.grader.remote); new code uses the public ones
-_size_label, _describe_exception = size_label, describe_exception
 
 
 def _check_callable(fn, ex: Exercise) -> str | None:
