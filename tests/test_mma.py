@@ -1,0 +1,251 @@
+"""lib.mma on whatever this process runs on: the simulator here, the GPU on the H200. The kernels read
+their fragments with the index tables of lib.mma.LAYOUTS, so on a GPU a wrong table gives a wrong product:
+passing there is the check that the simulator twin and the hardware agree."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import lib
+from lib import mma
+
+WARP = 32
+
+
+def _index_table(shape, operand):
+    """(32, elements per lane, 2) int32: (row, col) of each element each lane holds."""
+    return np.array([mma.lane_elements(shape, operand, lane) for lane in range(WARP)], dtype=np.int32)
+
+
+def _tables(shape):
+    return [cuda.to_device(_index_table(shape, op)) for op in "ABC"]
+
+
+# --- mma.sync ---------------------------------------------------------------------------------------------
+@cuda.jit
+def mma_tf32_kernel(a, b, c, ia, ib, ic, d):
+    """d = a @ b + c for one 16×8×8 tile, one warp: each lane loads its fragments through the index tables."""
+    lane = cuda.threadIdx.x
+    d0, d1, d2, d3 = mma.mma_m16n8k8_tf32(
+        a[ia[lane, 0, 0], ia[lane, 0, 1]], a[ia[lane, 1, 0], ia[lane, 1, 1]],
+        a[ia[lane, 2, 0], ia[lane, 2, 1]], a[ia[lane, 3, 0], ia[lane, 3, 1]],
+        b[ib[lane, 0, 0], ib[lane, 0, 1]], b[ib[lane, 1, 0], ib[lane, 1, 1]],
+        c[ic[lane, 0, 0], ic[lane, 0, 1]], c[ic[lane, 1, 0], ic[lane, 1, 1]],
+        c[ic[lane, 2, 0], ic[lane, 2, 1]], c[ic[lane, 3, 0], ic[lane, 3, 1]])
+    d[ic[lane, 0, 0], ic[lane, 0, 1]] = d0
+    d[ic[lane, 1, 0], ic[lane, 1, 1]] = d1
+    d[ic[lane, 2, 0], ic[lane, 2, 1]] = d2
+    d[ic[lane, 3, 0], ic[lane, 3, 1]] = d3
+
+
+@cuda.jit(device=True)
+def _reg(m, table, lane, j):
+    """Register j of a 16-bit operand: elements 2j (low half) and 2j + 1 (high half) of the lane."""
+    return mma.pack_b16x2(m[table[lane, 2 * j, 0], table[lane, 2 * j, 1]],
+                          m[table[lane, 2 * j + 1, 0], table[lane, 2 * j + 1, 1]])
+
+
+def _mma_b16_kernel(bf16):
+    @cuda.jit
+    def kernel(a, b, c, ia, ib, ic, d):
+        lane = cuda.threadIdx.x
+        args = (_reg(a, ia, lane, 0), _reg(a, ia, lane, 1), _reg(a, ia, lane, 2), _reg(a, ia, lane, 3),
+                _reg(b, ib, lane, 0), _reg(b, ib, lane, 1),
+                c[ic[lane, 0, 0], ic[lane, 0, 1]], c[ic[lane, 1, 0], ic[lane, 1, 1]],
+                c[ic[lane, 2, 0], ic[lane, 2, 1]], c[ic[lane, 3, 0], ic[lane, 3, 1]])
+        if bf16:
+            d0, d1, d2, d3 = mma.mma_m16n8k16_bf16(*args)
+        else:
+            d0, d1, d2, d3 = mma.mma_m16n8k16_f16(*args)
+        d[ic[lane, 0, 0], ic[lane, 0, 1]] = d0
+        d[ic[lane, 1, 0], ic[lane, 1, 1]] = d1
+        d[ic[lane, 2, 0], ic[lane, 2, 1]] = d2
+        d[ic[lane, 3, 0], ic[lane, 3, 1]] = d3
+    return kernel
+
+
+mma_f16_kernel, mma_bf16_kernel = _mma_b16_kernel(False), _mma_b16_kernel(True)
+
+
+def _assert_close(actual, expected, bound, what):
+    err = np.abs(actual.astype(np.float64) - expected)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert (err <= bound).all(), (f"{what}: element {worst} is {actual[worst]!r}, expected {expected[worst]!r} "
+                                  f"(error {err[worst]:.3g} > bound {bound[worst]:.3g})")
+
+
+def test_tf32_product_matches_float64():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    b = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+    c = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    d = cuda.device_array((16, 8), np.float32)
+    mma_tf32_kernel[1, WARP](a, b, c, *_tables("m16n8k8.tf32"), d)
+    got = d.copy_to_host()
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b) + np.abs(c)
+    # against the TF32-rounded inputs only the float32 accumulation is left: a few 2^-24 of the scale
+    exact = mma.round_tf32(a).astype(np.float64) @ mma.round_tf32(b) + c
+    _assert_close(got, exact, 2.0 ** -20 * scale, "tf32 mma vs float64 of the TF32-rounded inputs")
+    # against the float32 inputs: each input off by up to 2^-11 (10 mantissa bits, round to nearest)
+    _assert_close(got, a.astype(np.float64) @ b + c, 2.0 ** -10 * scale, "tf32 mma vs float64")
+
+
+def test_tf32_rounding_is_to_nearest_not_truncation():
+    """1 + 2^-11 + 2^-13 rounds up to 1 + 2^-10 in TF32; truncation would give 1. One product shows it."""
+    x = np.float32(1 + 2.0 ** -11 + 2.0 ** -13)
+    assert mma.round_tf32(x) == np.float32(1 + 2.0 ** -10)
+    assert mma.round_tf32(np.float32(-(1 + 2.0 ** -11))) == np.float32(-(1 + 2.0 ** -10))  # tie: away from 0
+    a = np.zeros((16, 8), np.float32)
+    b = np.zeros((8, 8), np.float32)
+    a[:, 0], b[0, :] = x, 1
+    d = cuda.device_array((16, 8), np.float32)
+    mma_tf32_kernel[1, WARP](a, b, np.zeros((16, 8), np.float32), *_tables("m16n8k8.tf32"), d)
+    assert (d.copy_to_host() == np.float32(1 + 2.0 ** -10)).all()
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_b16_product_matches_float64(kind):
+    rng = np.random.default_rng(1)
+    af, bf = rng.uniform(-1, 1, (16, 16)), rng.uniform(-1, 1, (16, 8))
+    if kind == "f16":
+        a, b = af.astype(np.float16).view(np.uint16), bf.astype(np.float16).view(np.uint16)
+    else:
+        a, b = mma.bf16_bits(af), mma.bf16_bits(bf)
+    c = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    d = cuda.device_array((16, 8), np.float32)
+    kernel = mma_f16_kernel if kind == "f16" else mma_bf16_kernel
+    kernel[1, WARP](a, b, c, *_tables(f"m16n8k16.{kind}"), d)
+    a64, b64 = mma.b16_values(a, kind), mma.b16_values(b, kind)
+    # 16-bit inputs multiply exactly in float32: only the accumulation rounds
+    _assert_close(d.copy_to_host(), a64 @ b64 + c, 2.0 ** -20 * (np.abs(a64) @ np.abs(b64) + np.abs(c)),
+                  f"{kind} mma vs float64")
+
+
+def test_layout_tables_cover_every_element_once():
+    for (shape, operand), (rows, cols, per_lane, _) in mma.LAYOUTS.items():
+        owners = mma.owners(shape, operand)
+        assert (owners >= 0).all(), f"{shape} {operand}: an element no lane holds"
+        assert rows * cols == WARP * per_lane
+
+
+# --- ldmatrix ---------------------------------------------------------------------------------------------
+ROW_STRIDE = 24  # 16-bit elements per shared row: 48 bytes, a multiple of 16, rows not packed back to back
+TILE_ELEMENTS = 32 * ROW_STRIDE
+
+
+def _ldmatrix_kernel(count, trans):
+    name = f"ldmatrix_x{count}" + ("_trans" if trans else "")
+    load = getattr(mma, name)
+
+    @cuda.jit
+    def kernel(src, rows, out):
+        """Stage src (32 rows of ROW_STRIDE) in shared memory; lane l points at row rows[l]."""
+        tile = cuda.shared.array(TILE_ELEMENTS, dtype=np.uint16)
+        lane = cuda.threadIdx.x
+        for k in range(lane, TILE_ELEMENTS, WARP):
+            tile[k] = src[k]
+        cuda.syncthreads()
+        r = load(tile, rows[lane] * ROW_STRIDE + 8)
+        if count == 1:
+            out[lane, 0] = r
+        else:
+            for m in range(count):
+                out[lane, m] = r[m]
+    return kernel
+
+
+LDMATRIX = {(count, trans): _ldmatrix_kernel(count, trans) for count in (1, 2, 4) for trans in (False, True)}
+
+
+@pytest.mark.parametrize("count, trans", sorted(LDMATRIX))
+def test_ldmatrix_fragments_match_the_layout(count, trans):
+    rng = np.random.default_rng(count + 10 * trans)
+    src = rng.integers(0, 1 << 16, 32 * ROW_STRIDE, dtype=np.uint16)
+    rows = rng.permutation(32).astype(np.int32)            # lane l's row address: any row, any order
+    out = cuda.to_device(np.zeros((WARP, count), np.uint32))
+    LDMATRIX[(count, trans)][1, WARP](src, rows, out)
+    got = out.copy_to_host()
+    shared = src.reshape(32, ROW_STRIDE)
+    for lane in range(WARP):
+        for reg in range(count):
+            halves = []
+            for half in (0, 1):
+                matrix, row, col = mma.ldmatrix_element(lane, reg, half, trans)
+                halves.append(int(shared[rows[8 * matrix + row], 8 + col]))
+            expected = halves[0] | halves[1] << 16
+            assert got[lane, reg] == expected, (
+                f"ldmatrix x{count}{' trans' if trans else ''}: lane {lane} register {reg} holds "
+                f"{int(got[lane, reg]):#010x}, the layout says {expected:#010x}")
+
+
+# --- cp.async ---------------------------------------------------------------------------------------------
+N_COPY = 4 * 64  # float32 elements: 64 threads copy 16 bytes each, in two groups
+
+
+@cuda.jit
+def cp_async_kernel(src, out):
+    """Thread i copies src[4i : 4i+4] into shared memory with a different cp.async flavour per quarter of
+    the block; the first half of the copies is one group, the second half another."""
+    tile = cuda.shared.array(N_COPY, dtype=np.float32)
+    i = cuda.threadIdx.x
+    base = 4 * i
+    if i < 16:
+        mma.cp_async_ca16(tile, base, src, base)
+    elif i < 32:
+        mma.cp_async_cg16(tile, base, src, base)
+    mma.cp_async_commit()
+    if i >= 32 and i < 48:
+        mma.cp_async_ca8(tile, base, src, base)
+        mma.cp_async_ca8(tile, base + 2, src, base + 2)
+    elif i >= 48:
+        for k in range(4):
+            mma.cp_async_ca4(tile, base + k, src, base + k)
+    mma.cp_async_commit()
+    mma.cp_async_wait_group(1)   # the first group has landed; the second may not have yet
+    cuda.syncthreads()
+    if i < 32:
+        for k in range(4):
+            out[0, base + k] = tile[base + k]
+    mma.cp_async_wait_all()
+    cuda.syncthreads()
+    for k in range(4):
+        out[1, base + k] = tile[base + k]
+
+
+def test_cp_async_copies_land_at_their_wait():
+    src = np.random.default_rng(3).standard_normal(N_COPY).astype(np.float32)
+    out = cuda.to_device(np.full((2, N_COPY), np.nan, np.float32))
+    cp_async_kernel[1, 64](src, out)
+    got = out.copy_to_host()
+    assert (got[0, :128] == src[:128]).all(), "after wait_group(1) the first group must have landed"
+    assert (got[1] == src).all(), "after wait_all every copy must have landed"
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="the twin's deferred copy: on a GPU a read before the wait is a race")
+def test_simulator_copies_only_at_the_wait():
+    @cuda.jit
+    def early_read(src, out):
+        tile = cuda.shared.array(4, dtype=np.float32)
+        tile[0] = -1.0
+        mma.cp_async_ca16(tile, 0, src, 0)
+        out[0] = tile[0]              # read before waiting: still the old value in the twin
+        mma.cp_async_commit()
+        mma.cp_async_wait_all()
+        out[1] = tile[0]
+
+    out = np.zeros(2, np.float32)
+    early_read[1, 1](np.arange(1, 5, dtype=np.float32), out)
+    assert out.tolist() == [-1.0, 1.0]
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="simulator error messages")
+def test_warp_wide_instructions_need_the_whole_warp():
+    @cuda.jit
+    def half_warp(d):
+        lane = cuda.threadIdx.x
+        if lane < 16:
+            return
+        x = mma.mma_m16n8k8_tf32(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
+        d[lane] = x[0]
+
+    with pytest.raises(Exception, match="all 32 lanes"):
+        half_warp[1, WARP](np.zeros(WARP, np.float32))
