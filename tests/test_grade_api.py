@@ -1,5 +1,6 @@
 """The grader's split API (plan, prepare_case, execute_case, judge), its checks of untrusted executions, the
 rule that zero checks are never a pass, and diagnoses that name the mistake."""
+import importlib.util
 import io
 import math
 
@@ -155,7 +156,13 @@ def _launch(kernel):
     return lambda a, b, out: kernel[(out.size + 127) // 128, 128](a, b, out)
 
 
-def test_computed_nan_is_told_from_never_written_and_from_added_into():
+@pytest.fixture
+def no_variants(monkeypatch):
+    """The grader's own diagnoses, without the known variants (lib.variants) that name these mistakes first."""
+    monkeypatch.setattr(grader_cases, "variants", lambda exercise_id: [])
+
+
+def test_computed_nan_is_told_from_never_written_and_from_added_into(no_variants):
     computed = grade("vector_add", _launch(_add_nan_every_7th))
     assert computed.status == FAILED and "computed as NaN or inf" in computed.hint, str(computed)
     unwritten = grade("vector_add", _launch(_add_skip_every_7th))
@@ -176,10 +183,17 @@ def _transpose_swapped(a, out):
     _transpose_xy_swapped[((cols + 15) // 16, (rows + 15) // 16), (16, 16)](a, out)
 
 
-def test_a_transpose_with_x_and_y_swapped_is_not_told_to_round_up():
+def test_a_transpose_with_x_and_y_swapped_is_not_told_to_round_up(no_variants):
     report = grade("transpose", _transpose_swapped)
     assert report.status == FAILED, str(report)
     assert "round" not in report.hint.lower() and "swaps x and y" in report.hint, str(report)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lib.variants") is None, reason="needs the known variants (lib.variants)")
+def test_with_the_known_variants_the_swapped_transpose_is_named_and_not_told_to_round_up():
+    report = grade("transpose", _transpose_swapped)
+    assert report.status == FAILED and any(c.mistake for c in report.cases), str(report)
+    assert "round" not in report.hint.lower(), str(report)
 
 
 def test_the_replay_line_is_in_the_html_report_too():

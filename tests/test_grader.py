@@ -150,7 +150,8 @@ def _spin(a, b, out):
         pass
 
 
-def test_blocks_rounded_down_leave_the_tail_unwritten():
+def test_blocks_rounded_down_leave_the_tail_unwritten(monkeypatch):
+    monkeypatch.setattr("lib.grader.cases.variants", lambda exercise_id: [])  # the grader's own hint, unnamed
     report = grade("vector_add", lambda a, b, out: _add_floor_blocks[a.size // 256, 256](a, b, out))
     ex = EXERCISES["vector_add"]
     assert report.status == FAILED and len(report.cases) == len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)

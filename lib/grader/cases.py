@@ -408,16 +408,19 @@ def launch_structure(launches: list) -> dict | None:
     return {"threads": max(launch_threads(widest), 1), "block_threads": max(math.prod(widest["block"]), 1)}
 
 
-def _launch_sentence(fixed: list[dict], case: Case, unwritten: bool) -> str:
+def _launch_sentence(fixed: list[dict], case: Case, unwritten: bool, mistake: str | None) -> str:
+    """'your launch k[1, 64] is the same at every size: ...', then the named mistake or what it implies."""
     label = ", ".join(launch_label(r) for r in fixed)
     threads = max(launch_threads(r) for r in fixed)
+    head = f"your launch {label} is the same at every size"
+    if mistake:
+        return f"{head}: {mistake}"
     size = "x".join(map(str, case.size))
     if unwritten:
-        return (f"your launch {label} is the same at every size: at size {size}, the work past its {threads} "
-                "threads is never computed. Compute the grid from the size (or loop: for i in range(start, n, "
-                "stride)).")
-    return (f"your launch {label} is the same at every size: at size {size}, the work past its {threads} "
-            "threads is only right if each thread loops over all of its share.")
+        return (f"{head}: at size {size}, the work past its {threads} threads is never computed. Compute the "
+                "grid from the size (or loop: for i in range(start, n, stride)).")
+    return (f"{head}: at size {size}, the work past its {threads} threads is only right if each thread loops "
+            "over all of its share.")
 
 
 def judge(case: Case, execution: Execution, history=()) -> CaseResult:
@@ -484,8 +487,8 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
                        "never written: the index arithmetic swaps x and y? cuda.grid(2) returns (x, y), and x "
                        "should run along the columns.")
     fixed = _fixed_launches(history, case, execution)
-    if fixed and mistake is None:
-        result.hint = _launch_sentence(fixed, case, bad.n_unwritten > 0)
+    if fixed:
+        result.hint = _launch_sentence(fixed, case, bad.n_unwritten > 0, mistake and mistake[1])
     empty = [r for r in own if launch_threads(r) == 0]
     if empty:
         result.hint = (f"your launch {launch_label(empty[0])} has no threads at size "
