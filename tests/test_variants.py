@@ -61,6 +61,10 @@ TELLING = {
     "compact_positive": lambda x: x[-1] > 0,  # "last element dropped" only shows when x[-1] is kept
 }
 
+# Mistakes whose outputs coincide at some sizes (the grader names the first in the list there): skipping the
+# partial last tile of K equals stopping one short when K = 1 or K % 16 == 1.
+COINCIDE = {("matmul", "partial last K tile skipped"): {"K loop one short"}}
+
 ALL = [(ex_id, v.name) for ex_id in sorted(VARIANTS) for v in VARIANTS[ex_id]]
 
 
@@ -243,7 +247,8 @@ def test_variant_fails_on_the_gpu(ex_id, name):
     _record(f"{ex_id}:{name}", report, time.perf_counter() - t0)
     assert report.status == FAILED, str(report)
     named = {c.mistake for c in report.cases if c.mistake}
-    # named as itself, or not at all (a race, or an order the GPU does not keep); never as another mistake
-    assert named <= {name}, f"{name} was named {named}"
+    # named as itself, or not at all (a race, or an order the GPU does not keep); never as another mistake,
+    # unless the two give the same output at that size
+    assert named <= {name} | COINCIDE.get((ex_id, name), set()), f"{name} was named {named}"
     if (ex_id, name) not in RACES | SIMULATOR_ONLY_MODELS:
-        assert named == {name}, f"{name} was not named:\n{report}"
+        assert name in named, f"{name} was not named:\n{report}"
