@@ -26,6 +26,12 @@ after it). Reading from a lane that exited or is not in the mask is undefined on
 ``match_*_sync`` are ``numpy.int32`` as numba types them (a uint32 store converts them, as on a GPU), and
 ``match_*_sync`` compare bit patterns (NaN payloads differ, -0.0 differs from 0.0).
 
+Arrays. A global array element is read and written straight from its numpy array (numba's wrapper makes
+three Python calls per element). A negative index is refused with an IndexError: numba's compiled code
+would wrap it like numpy (``a[-1]`` is the last element), but in a kernel it is almost always an index
+computed below zero, so the book refuses it on purpose. Static shared arrays are keyed by their source
+line as numba does, read from the caller's frame instead of a full stack extraction.
+
 Errors. An exception in a simulated thread stops the block and is re-raised with ``tid=[x, y, z]
 ctaid=[x, y, z]`` in front, as numba does. When no simulated thread can go on, the block is deadlocked and
 :class:`DeadlockError` names who waits where (e.g. half a warp in ``syncthreads`` while the other half
