@@ -33,6 +33,8 @@ accumulation's rounding, not bit for bit (the tests use tolerances).
 
 API (every lane of the warp calls each function with its own operands, the whole warp converged):
 
+* ``a_element_tf32(lane, i)``, ``b_element_tf32``, ``a_element_b16``, ``b_element_b16``, ``c_element``:
+  the layout functions of :data:`LAYOUTS` as device functions, for kernels that load fragments themselves.
 * ``mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``: float32 in and out.
 * ``mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` and ``mma_m16n8k16_bf16(...)``: a* and b*
   are 32-bit registers holding two 16-bit values each (:func:`pack_b16x2`, or straight from ``ldmatrix``),
@@ -45,8 +47,8 @@ API (every lane of the warp calls each function with its own operands, the whole
   to shared memory without passing through registers (``.cg`` bypasses L1 and exists only for 16 bytes);
   ``cp_async_commit()`` closes a group of copies; ``cp_async_wait_group(n)`` waits until at most n
   committed groups are still in flight (n a literal), ``cp_async_wait_all()`` for n = 0. Indices are flat
-  element offsets into C-contiguous arrays. The twin copies at the wait, not at the call, so a kernel that
-  reads the tile before waiting reads stale memory here too.
+  element offsets into C-contiguous arrays. The twin reads the source at the call and writes the
+  destination at the wait, so a kernel that reads the tile before waiting reads stale memory here too.
 """
 from __future__ import annotations
 
@@ -96,6 +98,14 @@ LAYOUTS = {
 }
 for _op in "ABC":  # BF16 fragments are laid out exactly as FP16's
     LAYOUTS[("m16n8k16.bf16", _op)] = LAYOUTS[("m16n8k16.f16", _op)]
+
+
+# The same functions for kernels: (row, col) of element i of `lane`'s fragment.
+a_element_tf32 = lib.cuda.jit(device=True)(_a_tf32)
+b_element_tf32 = lib.cuda.jit(device=True)(_b_tf32)
+a_element_b16 = lib.cuda.jit(device=True)(_a_f16)
+b_element_b16 = lib.cuda.jit(device=True)(_b_f16)
+c_element = lib.cuda.jit(device=True)(_c)
 
 
 def _layout(shape: str, operand: str):
@@ -156,8 +166,11 @@ def bf16_values(bits) -> np.ndarray:
 
 
 def b16_values(bits, kind: str) -> np.ndarray:
-    """16-bit patterns -> float64 values of `kind` 'f16' or 'bf16'."""
-    bits = np.asarray(bits, dtype=np.uint16)
+    """16-bit patterns (uint16 or int16) -> float64 values of `kind` 'f16' or 'bf16'."""
+    bits = np.asarray(bits)
+    if bits.dtype.itemsize != 2 or bits.dtype.kind not in "iu":
+        raise ValueError(f"16-bit patterns must be int16 or uint16, not {bits.dtype}")
+    bits = bits.view(np.uint16)
     if kind == "f16":
         return bits.view(np.float16).astype(np.float64)
     if kind == "bf16":
@@ -299,7 +312,7 @@ def _cp_async_twin(nbytes: int, cache: str):
                 raise IndexError(f"{name}: {label} elements [{index}, {index + n}) are outside the array of "
                                  f"{flat.size}")
         uncommitted, _ = _pending_copies()
-        uncommitted.append((d, int(dst_index), s, int(src_index), n))
+        uncommitted.append((dst, int(dst_index), s[int(src_index):int(src_index) + n].copy(), n))
 
     twin.__name__ = name
     return twin
@@ -314,8 +327,9 @@ def _cp_async_commit():
 def _cp_async_wait_group(n):
     _, groups = _pending_copies()
     while len(groups) > int(n):
-        for d, di, s, si, count in groups.pop(0):
-            d[di:di + count] = s[si:si + count]
+        for dst, di, values, count in groups.pop(0):
+            for k in range(count):  # element by element through the array itself: the debugger sees writes
+                dst[np.unravel_index(di + k, dst.shape)] = values[k]
 
 
 def _cp_async_wait_all():
@@ -469,5 +483,6 @@ if lib.SIMULATOR:
 
 _FUNCTIONS = _simulator_twins() if lib.SIMULATOR else _gpu_intrinsics()
 globals().update(_FUNCTIONS)
-__all__ = sorted(_FUNCTIONS) + ["LAYOUTS", "SHAPES", "lane_elements", "owners", "ldmatrix_element",
+__all__ = sorted(_FUNCTIONS) + ["a_element_tf32", "b_element_tf32", "a_element_b16", "b_element_b16",
+                                "c_element", "LAYOUTS", "SHAPES", "lane_elements", "owners", "ldmatrix_element",
                                 "round_tf32", "bf16_bits", "bf16_values", "b16_values", "pack_b16x2"]

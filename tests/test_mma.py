@@ -249,3 +249,31 @@ def test_warp_wide_instructions_need_the_whole_warp():
 
     with pytest.raises(Exception, match="all 32 lanes"):
         half_warp[1, WARP](np.zeros(WARP, np.float32))
+
+
+# --- kernels/tensorcores.py on this device's sizes (simulator: small) -------------------------------------
+def test_tensorcore_ladders_pass_their_checks():
+    from kernels.tensorcores import LADDERS
+    from lib.bench import run_ladder
+
+    for ladder in LADDERS:
+        _, _, failures = run_ladder(ladder, sizes=[(32, 24, 48)], reps=3)
+        assert failures == [], f"{ladder.topic}: {failures}"
+
+
+def test_rung_refuses_shapes_it_cannot_tile():
+    from kernels.tensorcores import matmul_mma_global_tf32
+
+    a, b = np.zeros((20, 8), np.float32), np.zeros((8, 8), np.float32)
+    with pytest.raises(ValueError, match="M % 16"):
+        matmul_mma_global_tf32(a, b, np.zeros((20, 8), np.float32))
+
+
+@pytest.mark.parametrize("kind", ["tf32", "f16", "bf16"])
+def test_ceiling_kernel_sums_exactly(kind):
+    from kernels import tensorcores as tc
+
+    kernel = tc.make_ceiling_kernel(kind, 2, iters=3)
+    out = np.zeros(WARP, np.float32)
+    kernel[1, WARP](tc.ceiling_operands(kind), out)
+    assert (out == tc.ceiling_expected(kind, 2, iters=3)).all(), out
