@@ -116,17 +116,17 @@ def test_no_forgery_or_sabotage_passes(graded, student):
 
 @needs_sandbox
 def test_forgers_fail_for_what_their_function_computes(graded):
-    """Each do-nothing function is judged on its (unwritten) output; a replaced grade() never reaches the
-    grader; a killed notebook is recorded as such."""
+    """Each function is judged on what it computes (nothing, or a copy of the empty public case: "error"); a
+    replaced grade() never reaches the grader; a killed notebook is recorded as such."""
     rows, _, _, _ = graded
     for student in ["forge_log", "patch_compare", "patch_passed", "patch_exercises", "frame_walk",
                     "edit_check", "malformed", "daemon", "hold_pipe", "flood"]:
-        assert rows[student]["status"] == "failed" and rows[student]["first_failure"], \
+        assert rows[student]["status"] in ("failed", "error") and rows[student]["first_failure"], \
             rows[student]
     assert "never called grade('vector_add')" in rows["patch_grade"]["first_failure"]
     assert rows["kill_grader"]["status"] == "not graded"
     refused = re.search(r"malformed: (\d+) malformed message\(s\) to the grader refused", graded[1])
-    assert refused and int(refused.group(1)) >= 9, graded[1]   # the forger's 13 attempts, 10 of them malformed
+    assert refused and int(refused.group(1)) == 10, graded[1]   # of the forger's 13 attempts, 10 are malformed
 
 
 @needs_sandbox
@@ -234,14 +234,20 @@ def test_messages_past_the_caps_are_refused_before_they_are_read():
 
 
 def test_a_result_that_does_not_fit_the_case_is_refused_and_a_pickle_never_loads():
-    ex = EXERCISES["vector_add"]
-    case = remote.prepare(ex, (10,), np.random.default_rng(0))
-    right = [(case.inputs[0] + case.inputs[1]).astype(np.float32), *case.inputs]
-    assert remote.judge(ex, case, {}, right, 0.0).passed
-    with pytest.raises(remote.ProtocolError, match="float64"):
-        remote.judge(ex, case, {}, [right[0].astype(np.float64), *case.inputs], 0.0)
-    with pytest.raises(remote.ProtocolError, match="2 arrays"):
-        remote.judge(ex, case, {}, right[:2], 0.0)
+    from lib.grader.cases import judge, prepare_case
+
+    case = prepare_case("vector_add", (10,), np.random.default_rng(0))
+    right = (case.inputs[0] + case.inputs[1]).astype(np.float32)
+    header = {"op": "result", "outcome": "ran", "n_outputs": 1, "fills": [float("nan")],
+              "launches": [{"name": "add", "module": "__main__", "qualname": "add", "grid": [1, 1, 1],
+                            "block": [32, 1, 1], "shared_bytes": 0, "book": False}]}
+    assert judge(case, remote._execution(case, header, [right, *case.inputs])).passed
+    wrong_dtype = judge(case, remote._execution(case, header, [right.astype(np.float64), *case.inputs]))
+    assert not wrong_dtype.passed and "malformed" in wrong_dtype.message
+    with pytest.raises(remote.ProtocolError, match="2 arrays for 1 output"):
+        remote._execution(case, header, [right, case.inputs[0]])
+    with pytest.raises(remote.ProtocolError, match="expected a result"):
+        remote._execution(case, {"op": "done", "passed": True}, [])
     a, b = socket.socketpair()
     with a, b:
         import io

@@ -168,6 +168,10 @@ class Server:
         """Stop listening, cut every connection (a grade() in progress is recorded as cut), and return."""
         with self._lock:
             self._closed = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in progress
+        except OSError:
+            pass
         self._listener.close()
         for conn in list(self._connections):
             try:
@@ -233,6 +237,11 @@ class Server:
             timed_out = True
         except (ProtocolError, ConnectionError, OSError) as exc:
             stopped = _text(exc) or type(exc).__name__
+            if isinstance(exc, ProtocolError):
+                with self._lock:
+                    self.verdicts.protocol_errors.append(stopped)
+        except Exception as exc:  # noqa: BLE001 - a fault of the grader on odd data: never a pass, never a crash
+            stopped = f"the grader failed ({type(exc).__name__}: {_text(exc)})"
         finally:
             report = verdict(ex.id, seed, results, len(planner.planned), timed_out=timed_out,
                              limit_s=ex.time_limit_s, notes=planner.notes, seconds=time.monotonic() - t0)

@@ -223,7 +223,7 @@ def _build_root(spec: dict):
                 raise
     _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     private = ["/tmp", "/dev/shm"]  # writable, its own, capped
-    hide = private + [h for h in spec["hide"] if h not in private]
+    hide = private + [h for h in spec["hide"] if h not in private and h != "/"]
     hidden = [h for h in hide if os.path.isdir(h) and not any(h.startswith(o.rstrip("/") + "/") for o in hide)]
     for h in hidden:
         options = f"mode=1777,size={spec['limits']['tmp_bytes']}" if h in private else "mode=755,size=16m"
