@@ -124,6 +124,25 @@ def test_dynamic_shared_memory_is_per_block_and_shared_between_views():
         dynamic_unwritten[1, 32, 0, 32 * 4](cuda.to_device(np.zeros(32, np.float32)))
 
 
+def test_views_slices_and_whole_array_operations_keep_working():
+    @cuda.jit
+    def through_views(out):
+        tile = cuda.shared.array((4, 8), float32)
+        flat = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        row = tile[t // 8]
+        row[t % 8] = t                  # a write through a row view counts for tile[t // 8, t % 8]
+        if t == 0:
+            flat[:] = 1.0               # a slice write by one thread
+        cuda.syncthreads()
+        out[t] = tile[t // 8, t % 8] + flat[t] + tile.sum() - tile[0].sum()
+
+    out = cuda.to_device(np.zeros(32, np.float32))
+    through_views[1, 32](out)
+    t = np.arange(32)
+    np.testing.assert_array_equal(out.copy_to_host(), t + 1 + t.sum() - t[:8].sum())
+
+
 # --- shared-memory races -----------------------------------------------------------------------------
 def test_hillis_steele_without_its_second_barrier_is_a_race_with_both_lines():
     with pytest.raises(simdebug.RaceError) as err:
