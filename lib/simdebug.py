@@ -296,7 +296,10 @@ class _Tracked:
     # --- element access ---
     def __getitem__(self, idx):
         value = self._ary[idx]  # first: an index out of range raises numpy's IndexError
-        flat = self._flat(idx)
+        if type(idx) is int and self._ndim == 1 and self._flats is None:  # the common case, inline
+            flat = idx if idx >= 0 else idx + self._size
+        else:
+            flat = self._flat(idx)
         root = self._root
         if flat is None:  # a slice: a view that keeps checking its elements
             if isinstance(value, np.ndarray):
@@ -314,7 +317,10 @@ class _Tracked:
         return value
 
     def __setitem__(self, idx, value):
-        flat = self._flat(idx)
+        if type(idx) is int and self._ndim == 1 and self._flats is None:
+            flat = idx if idx >= 0 else idx + self._size
+        else:
+            flat = self._flat(idx)
         root = self._root
         if flat is None:
             flats = self._flats_of(idx)
@@ -369,45 +375,44 @@ def _kernel_frame(frame):
     return frame
 
 
-def _interval(root: _Tracked):
-    """(writes, reads) of the current barrier interval of root's block: emptied when a barrier completes."""
-    gen = root._manager.barrier_generation
-    epoch = root._epoch
-    if epoch[0] != gen:
-        epoch = root._epoch = (gen, {}, {})
-    return epoch[1], epoch[2]
-
-
 def _shared_read(root: _Tracked, flat: int, idx, t, frame):
-    writes, reads = _interval(root)
     m = root._manager
+    epoch = root._epoch  # (barrier generation, writes, reads) of the interval: new when a barrier completes
+    if epoch[0] != m.barrier_generation:
+        epoch = root._epoch = (m.barrier_generation, {}, {})
     tid = t.thread_id
-    w = writes.get(flat)
+    w = epoch[1].get(flat)
     if w is not None and w[0] != tid and not _ordered_by_warp(m, w[0], w[1], tid):
         f = _kernel_frame(frame)
         _race(root, idx, m, w, (tid, None, f.f_code, f.f_lineno), "read")
+    reads = epoch[2]
     r = reads.get(flat)
     # keep the last reader and one other: enough to find a reader that is not a later writer
     if r is None or (r[4] is None and r[0] != tid):
-        f = _kernel_frame(frame)
-        reads[flat] = (tid, m.warp_seq(tid // WARP), f.f_code, f.f_lineno, r)
+        while frame.f_code.co_filename in _SKIP_FILES:
+            frame = frame.f_back
+        reads[flat] = (tid, m.warp_seq(tid // WARP), frame.f_code, frame.f_lineno, r)
 
 
 def _shared_write(root: _Tracked, flat: int, idx, t, frame, value):
-    writes, reads = _interval(root)
     m = root._manager
+    epoch = root._epoch
+    if epoch[0] != m.barrier_generation:
+        epoch = root._epoch = (m.barrier_generation, {}, {})
+    writes = epoch[1]
     tid = t.thread_id
-    f = _kernel_frame(frame)
+    while frame.f_code.co_filename in _SKIP_FILES:
+        frame = frame.f_back
     w = writes.get(flat)
     if w is not None and w[0] != tid and not _ordered_by_warp(m, w[0], w[1], tid):
         if not _same_bits(root._ary.flat[flat], value):  # the same value twice is harmless
-            _race(root, idx, m, w, (tid, None, f.f_code, f.f_lineno), "write")
-    r = reads.get(flat)
+            _race(root, idx, m, w, (tid, None, frame.f_code, frame.f_lineno), "write")
+    r = epoch[2].get(flat)
     while r is not None:
         if r[0] != tid and not _ordered_by_warp(m, r[0], r[1], tid):
-            _race(root, idx, m, r, (tid, None, f.f_code, f.f_lineno), "write", first="read")
+            _race(root, idx, m, r, (tid, None, frame.f_code, frame.f_lineno), "write", first="read")
         r = r[4]
-    writes[flat] = (tid, m.warp_seq(tid // WARP), f.f_code, f.f_lineno)
+    writes[flat] = (tid, m.warp_seq(tid // WARP), frame.f_code, frame.f_lineno)
 
 
 def _same_bits(old, new) -> bool:
