@@ -187,7 +187,7 @@ class _Launch:
     def __init__(self, ctx, code):
         self.ctx = ctx
         self.races = code not in _ALLOWED
-        self.rmw: dict = {}  # (id(array), index) -> (manager, thread, generation, code, line)
+        self.rmw: dict = {}  # (id(array), index) -> (block, thread id, generation, code, line, threadIdx)
 
 
 _NO_LAUNCH = _Launch(None, None)
@@ -606,25 +606,23 @@ def _global_rmw(array, idx, key, t):
     if not launch.races:
         return
     m = _manager(t)
-    gen = m.barrier_generation
+    block, gen = m.grid_point, m.barrier_generation
     f = _caller()
-    mine = (m, t.thread_id, gen, f.f_code, f.f_lineno, _thread_point(t))
     other = launch.rmw.get(key)
-    if other is not None and not (other[0] is m and other[1] == t.thread_id):
-        if other[0] is not m or other[2] == gen:
-            o_block, b_block = _grid_point(other[0]), _grid_point(m)
-            why = ("they are in different blocks, which nothing orders" if other[0] is not m
+    if other is not None and not (other[0] == block and other[1] == t.thread_id):
+        if other[0] != block or other[2] == gen:
+            why = ("they are in different blocks, which nothing orders" if other[0] != block
                    else "no cuda.syncthreads() separates them")
             name = _kernel_arg_name(array, f)
             raise RaceError(
                 f"global-memory race: two threads of one launch read-modify-write {name}[{_show_index(idx)}] "
                 f"without an atomic, and {why}:\n"
-                f"  thread {other[5]} of block {o_block} at {_where(other[3], other[4])}\n"
-                f"  thread {_thread_point(t)} of block {b_block} at {_where(f.f_code, f.f_lineno)}\n"
+                f"  thread {other[5]} of block {tuple(other[0])} at {_where(other[3], other[4])}\n"
+                f"  thread {_thread_point(t)} of block {_grid_point(m)} at {_where(f.f_code, f.f_lineno)}\n"
                 f"On a GPU both read the old value and one update is lost. Use cuda.atomic.add({name}, "
                 f"{_show_index(idx)}, value) (or another cuda.atomic.*), or give each thread its own element "
                 "and combine them in a second step.")
-    launch.rmw[key] = mine
+    launch.rmw[key] = (block, t.thread_id, gen, f.f_code, f.f_lineno, _thread_point(t))
 
 
 def _kernel_arg_name(array, frame) -> str:
