@@ -32,7 +32,7 @@ WARPS_PER_BLOCK = 4                      # rung 0: each warp owns one TILE_M × 
 CEILING_THREADS = 256                    # 8 warps per block
 CEILING_BLOCKS_PER_SM = 4                # 32 warps per SM: enough to hide the MMA pipeline's latency
 CEILING_ITERS = 2048                     # dependent MMAs per accumulator chain
-CEILING_CHAINS = (1, 2, 4, 8)            # independent accumulators per warp
+CEILING_CHAINS = (1, 2, 4, 8, 16)          # independent accumulators per warp
 CEILING_A, CEILING_B = 1.0, 2.0 ** -6    # every product and sum exact in all three formats (see the check)
 
 
