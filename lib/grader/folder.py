@@ -193,7 +193,9 @@ def _run_one(run: Run, sub: Submission, index: int) -> Outcome:
         outcome.problem, outcome.cell_error = verdicts.outcome["problem"], verdicts.outcome["cell_error"]
     else:
         tail = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        outcome.problem = (f"the notebook's process ended without a result (exit code {result.returncode})"
+        code = result.returncode or 0
+        how = f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
+        outcome.problem = (f"the notebook's process ended without a result ({how})"
                            + (f": {tail[-1][:200]}" if tail else ""))
     outcome.refused = len(verdicts.protocol_errors)
     shutil.rmtree(base, ignore_errors=True)

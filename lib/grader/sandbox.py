@@ -269,7 +269,8 @@ def _init(spec: dict) -> int:
     while True:  # PID 1 reaps orphans until the command itself ends
         pid, status = os.wait()
         if pid == child:
-            return os.waitstatus_to_exitcode(status) % 256
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code  # the shell's convention: 128 + the signal
 
 
 if __name__ == "__main__":
