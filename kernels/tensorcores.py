@@ -321,6 +321,11 @@ LADDERS = [_ladder(kind) for kind in ("tf32", "f16", "bf16")]
 
 
 # --- recordings that are not a ladder: the ceiling ----------------------------------------------------
+def _one(per_signature):
+    """numba answers per signature once a kernel has several; each ceiling kernel has one."""
+    return next(iter(per_signature.values())) if isinstance(per_signature, dict) else per_signature
+
+
 def record_ceiling(folder: Path, chains_list=CEILING_CHAINS) -> Path:
     """Time the register-only mma.sync loop for every kind and number of chains on this GPU and write
     tensorcores.mma_ceiling.csv. Each configuration is checked (exact sums) before it is timed."""
@@ -341,14 +346,16 @@ def record_ceiling(folder: Path, chains_list=CEILING_CHAINS) -> Path:
                 bad = int(np.argmax(got != want))
                 raise AssertionError(f"mma ceiling {kind} × {chains}: thread {bad} wrote {got[bad]}, expected "
                                      f"{want}: not timed")
-            sass = _CEILING_KERNELS[(kind, chains)].inspect_sass()
-            sass = sass if isinstance(sass, str) else next(iter(sass.values()))
+            kernel = _CEILING_KERNELS[(kind, chains)]
+            sass, registers, local = (_one(kernel.inspect_sass()), _one(kernel.get_regs_per_thread()),
+                                      _one(kernel.get_local_mem_per_thread()))
             flops = ceiling_flops(kind, chains, blocks * CEILING_THREADS)
             timing = time_cuda(launch, flops=flops)
             rows.append(dict(kind=kind, chains=chains, blocks=blocks, threads=CEILING_THREADS,
                              iters=CEILING_ITERS, flops=flops, median_ms=round(timing.median_ms, 6),
                              q1_ms=round(timing.q1_ms, 6), q3_ms=round(timing.q3_ms, 6), reps=timing.reps,
                              tflops=round(timing.tflops, 2), timer=timing.timer,
+                             registers=registers, local_bytes=local,
                              hmma_in_sass=sum(" HMMA" in line for line in sass.splitlines())))
     path = Path(folder) / f"{CHAPTER}.mma_ceiling.csv"
     with open(path, "w", newline="") as f:
