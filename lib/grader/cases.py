@@ -197,13 +197,8 @@ class Planner:
         self.history.append((tuple(size), list(launches), float(seconds)))
 
     def fixed_launches(self) -> list[dict]:
-        """Launches with the same name, grid and block at every size checked (over at least two sizes that
-        differ), the ones that do not grow with the input."""
-        runs = [(s, l) for s, l, _ in self.history if l]
-        if len({s for s, _ in runs}) < 2:
-            return []
-        common = set.intersection(*({_config(r) for r in l} for _, l in runs))
-        return [r for r in runs[-1][1] if _config(r) in common]
+        """The student's launches that kept the same name, grid and block at every size checked."""
+        return fixed_launches([(s, l) for s, l, _ in self.history])
 
     def _next(self):
         if len(self.planned) < len(self.fixed):
@@ -486,7 +481,7 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
         result.hint = ("the grid covers the array (x along its columns, y along its rows), yet elements were "
                        "never written: the index arithmetic swaps x and y? cuda.grid(2) returns (x, y), and x "
                        "should run along the columns.")
-    fixed = _fixed_launches(history, case, execution)
+    fixed = fixed_launches([(s, l) for s, l, *_ in history] + [(case.size, execution.launches)])
     if fixed:
         result.hint = _launch_sentence(fixed, case, bad.n_unwritten > 0, mistake and mistake[1])
     empty = [r for r in own if launch_threads(r) == 0]
@@ -528,13 +523,14 @@ def _reads_out(execution: Execution):
     return np.isnan(first) & ~np.isnan(second) & ~untouched
 
 
-def _fixed_launches(history, case: Case, execution: Execution) -> list[dict]:
-    runs = [(tuple(s), l) for s, l, *_ in history if l]
-    runs.append((tuple(case.size), execution.launches))
+def fixed_launches(runs) -> list[dict]:
+    """Of the last run's launches, the student's own that kept the same name, grid and block at every size of
+    `runs` ((size, launches) pairs, at least two different sizes): the ones that do not grow with the input."""
+    runs = [(tuple(s), l) for s, l in runs if l]
     if len({s for s, _ in runs}) < 2:
         return []
     common = set.intersection(*({_config(r) for r in l if not r["book"]} for _, l in runs))
-    return [r for r in execution.launches if _config(r) in common]
+    return [r for r in runs[-1][1] if _config(r) in common]
 
 
 def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
