@@ -18,7 +18,7 @@ from lib import mma
 from lib.bench import Baseline, Ladder, Rung
 from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance
-from lib.quiet_launches import quiet_kernels
+from lib.quiet_launches import quiet, quiet_kernels
 from lib.validate import require
 
 CHAPTER = "tensorcores"
@@ -72,7 +72,7 @@ def make_ceiling_kernel(kind: str, chains: int, iters: int = CEILING_ITERS):
             for r in range(4):
                 total += acc[ch, r]
         out[i] = total
-    return mma_ceiling_kernel
+    return quiet(mma_ceiling_kernel)
 
 
 def ceiling_operands(kind: str) -> np.ndarray:

@@ -24,9 +24,9 @@ C and D (both shapes)     16×8    c0..c3 (f32)          (g + 8·(i >> 1), 2t + 
 ========================  ======  ====================  ==================================================
 
 Precision. TF32 operands: the GPU function rounds each A and B value with ``cvt.rna.tf32.f32`` (to the
-nearest TF32 value, 10 mantissa bits, ties away from zero) before the ``mma``; fed raw float32 bits, the
-tensor core would ignore the low 13 mantissa bits (truncation), a bias this module does not leave to
-chance. The twin rounds the same way (:func:`round_tf32`). FP16/BF16 operands are used as stored (two
+nearest TF32 value, 10 mantissa bits, ties away from zero) before the ``mma``. The PTX ISA does not
+promise what the tensor core does with raw float32 bits (reports, e.g. triton-lang/triton#4574, find the
+low 13 bits dropped: truncation, a bias towards zero), so this module does not leave it to chance. The twin rounds the same way (:func:`round_tf32`). FP16/BF16 operands are used as stored (two
 16-bit values per 32-bit register, the lower-addressed element in the low half). Products are exact and
 the sums accumulate in float32; the twin adds in float64 and rounds once, so twin and GPU agree to the
 accumulation's rounding, not bit for bit (the tests use tolerances).
