@@ -27,9 +27,10 @@ definition with :func:`allow_races`; only the race checks are skipped for it.
 Switch: ``CUDA_BOOK_SIMDEBUG=0`` in the environment before ``import lib`` leaves it off;
 :func:`uninstall` / :func:`install` switch it at run time, and ``with simdebug.disabled():`` for a block.
 
-How: the simulator's shared and local arrays are replaced by a thin wrapper holding a written-mask (one
-byte per element) and, for shared arrays, the accesses of the current barrier interval (a dict per array,
-emptied when the block's barrier generation moves on); global element accesses
+How: the simulator's shared arrays are replaced by a thin wrapper holding a written-mask (one byte per
+element) and the accesses of the current barrier interval (a dict per array, emptied when the block's
+barrier generation moves on); float local arrays are filled with a NaN of a payload of their own, so a read
+costs one comparison (integer ones keep a written-mask); global element accesses
 (``FakeWithinKernelCUDAArray``) note per thread which elements it read, so a write of one of them is a
 read-modify-write. It builds on :mod:`lib.simulator` (the current simulated thread, its block's barrier
 generation and warp collectives) and :mod:`lib.launches` (which kernel a launch runs).
