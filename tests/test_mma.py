@@ -277,3 +277,21 @@ def test_ceiling_kernel_sums_exactly(kind):
     out = np.zeros(WARP, np.float32)
     kernel[1, WARP](tc.ceiling_operands(kind), out)
     assert (out == tc.ceiling_expected(kind, 2, iters=3)).all(), out
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="simulator error messages (on a GPU a misaligned row is undefined)")
+def test_ldmatrix_names_a_misaligned_row():
+    src = np.zeros(32 * ROW_STRIDE, np.uint16)
+    rows = np.arange(32, dtype=np.int32)
+
+    @cuda.jit
+    def misaligned(src, rows, out):
+        tile = cuda.shared.array(TILE_ELEMENTS, dtype=np.uint16)
+        lane = cuda.threadIdx.x
+        for k in range(lane, TILE_ELEMENTS, WARP):
+            tile[k] = src[k]
+        cuda.syncthreads()
+        out[lane, 0] = mma.ldmatrix_x1(tile, rows[lane] * ROW_STRIDE + 4)   # 8 bytes into a row: misaligned
+
+    with pytest.raises(Exception, match="16-byte"):
+        misaligned[1, WARP](src, rows, np.zeros((WARP, 1), np.uint32))
