@@ -196,19 +196,24 @@ matmul_mma_global_f16_kernel = _make_mma_global_b16_kernel(False)
 matmul_mma_global_bf16_kernel = _make_mma_global_b16_kernel(True)
 
 
-def _launch_mma_global(kernel, kind, a, b, c):
-    where = f"matmul_mma_global_{kind}"
+def _check_operands(where, kind, a, b, c):
+    """(M, N, K) of a launch, after checking types and shapes."""
     dtype = np.float32 if kind == "tf32" else np.int16   # 16-bit inputs: their bit patterns
     require(a, "a", dtype=dtype, ndim=2, where=where)
     require(b, "b", dtype=dtype, ndim=2, where=where)
     require(c, "c", shape=(a.shape[0], b.shape[1]), where=where)
-    m, k = a.shape
-    if b.shape[0] != k:
+    if b.shape[0] != a.shape[1]:
         raise ValueError(f"{where}: a is {a.shape} and b is {b.shape}: inner dimensions differ")
-    if m % TILE_M or b.shape[1] % TILE_N or k % K_STEP[kind]:
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
+def _launch_mma_global(kernel, kind, a, b, c):
+    where = f"matmul_mma_global_{kind}"
+    m, n, k = _check_operands(where, kind, a, b, c)
+    if m % TILE_M or n % TILE_N or k % K_STEP[kind]:
         raise ValueError(f"{where}: needs M % {TILE_M} == N % {TILE_N} == K % {K_STEP[kind]} == 0, got "
-                         f"M={m}, N={b.shape[1]}, K={k} (this rung has no edge handling)")
-    warps = (m // TILE_M) * (b.shape[1] // TILE_N)
+                         f"M={m}, N={n}, K={k} (this rung has no edge handling)")
+    warps = (m // TILE_M) * (n // TILE_N)
     kernel[-(-warps // WARPS_PER_BLOCK), WARPS_PER_BLOCK * WARP](a, b, c)
 
 
@@ -225,6 +230,75 @@ def matmul_mma_global_f16(a, b, c):
 def matmul_mma_global_bf16(a, b, c):
     """c = a @ b, a and b BF16 bit patterns (int16), c float32: rung 0 in BF16."""
     _launch_mma_global(matmul_mma_global_bf16_kernel, "bf16", a, b, c)
+
+
+# --- rung 1 (16-bit): block tiles in shared memory, fragments loaded with ldmatrix ---------------------
+BM1, BN1, BK1 = 32, 16, 16               # block tile of C and the K-slice staged per step
+THREADS1 = 128                           # 4 warps as 2 × 2, each owning one 16 × 8 tile of the block tile
+
+
+def _make_mma_ldmatrix_kernel(bf16: bool):
+    @cuda.jit
+    def matmul_mma_ldmatrix_kernel(a, b, c):
+        """C = A @ B from 16-bit A and B (int16 bit patterns), float32 accumulation: a block stages a BM1 × BK1
+        slice of A and a BK1 × BN1 slice of B in shared memory; each warp loads its A fragment with one
+        ldmatrix.x4 and its B fragment with one ldmatrix.x2.trans, then issues one mma.sync.
+
+        Memory: A is read N/BN1 times and B M/BM1 times from global memory (vs N/8 and M/16 for rung 0),
+        each element of a staged slice once per block, coalesced along rows; the fragment loads are two
+        instructions per warp per step instead of twelve scattered loads per lane.
+        Launch: 2-D grid (N/BN1, M/BM1), THREADS1 threads; M % BM1 == N % BN1 == K % BK1 == 0 (the launcher
+        checks).
+        """
+        a_tile = cuda.shared.array((BM1, BK1), dtype=np.int16)
+        b_tile = cuda.shared.array((BK1, BN1), dtype=np.int16)
+        tid = cuda.threadIdx.x
+        lane, warp = tid % WARP, tid // WARP
+        row0, col0 = cuda.blockIdx.y * BM1, cuda.blockIdx.x * BN1
+        wm, wn = warp // 2, warp % 2
+        # ldmatrix row addresses: lane 8m + r gives row r of 8 × 8 matrix m
+        m, r = lane >> 3, lane & 7
+        a_row = (TILE_M * wm + r + 8 * (m & 1)) * BK1 + 8 * (m >> 1)   # A's 4 matrices: a0a1, a2a3, a4a5, a6a7
+        b_row = (lane & 15) * BN1 + TILE_N * wn                        # B: rows k = 0..15 (lanes 16-31 unused)
+        d0 = d1 = d2 = d3 = float32(0.0)
+        for k0 in range(0, a.shape[1], BK1):
+            for e in range(tid, BM1 * BK1, THREADS1):
+                a_tile[e // BK1, e % BK1] = a[row0 + e // BK1, k0 + e % BK1]
+            for e in range(tid, BK1 * BN1, THREADS1):
+                b_tile[e // BN1, e % BN1] = b[k0 + e // BN1, col0 + e % BN1]
+            cuda.syncthreads()
+            a0, a1, a2, a3 = mma.ldmatrix_x4(a_tile, a_row)
+            b0, b1 = mma.ldmatrix_x2_trans(b_tile, b_row)   # .trans: B's rows are k, its fragment wants columns
+            if bf16:
+                d0, d1, d2, d3 = mma.mma_m16n8k16_bf16(a0, a1, a2, a3, b0, b1, d0, d1, d2, d3)
+            else:
+                d0, d1, d2, d3 = mma.mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, d0, d1, d2, d3)
+            cuda.syncthreads()
+        _store_c(c, row0 + TILE_M * wm, col0 + TILE_N * wn, lane, d0, d1, d2, d3)
+    return matmul_mma_ldmatrix_kernel
+
+
+matmul_mma_ldmatrix_f16_kernel = _make_mma_ldmatrix_kernel(False)
+matmul_mma_ldmatrix_bf16_kernel = _make_mma_ldmatrix_kernel(True)
+
+
+def _launch_mma_ldmatrix(kernel, kind, a, b, c):
+    where = f"matmul_mma_ldmatrix_{kind}"
+    m, n, k = _check_operands(where, kind, a, b, c)
+    if m % BM1 or n % BN1 or k % BK1:
+        raise ValueError(f"{where}: needs M % {BM1} == N % {BN1} == K % {BK1} == 0, got M={m}, N={n}, K={k} "
+                         "(this rung has no edge handling)")
+    kernel[(n // BN1, m // BM1), THREADS1](a, b, c)
+
+
+def matmul_mma_ldmatrix_f16(a, b, c):
+    """c = a @ b, a and b FP16 bit patterns (int16), c float32: rung 1 (shared tiles + ldmatrix)."""
+    _launch_mma_ldmatrix(matmul_mma_ldmatrix_f16_kernel, "f16", a, b, c)
+
+
+def matmul_mma_ldmatrix_bf16(a, b, c):
+    """c = a @ b, a and b BF16 bit patterns (int16), c float32: rung 1 (shared tiles + ldmatrix)."""
+    _launch_mma_ldmatrix(matmul_mma_ldmatrix_bf16_kernel, "bf16", a, b, c)
 
 
 # --- baselines: cuBLAS through torch ------------------------------------------------------------------
@@ -297,8 +371,10 @@ def matmul_flops(size) -> int:
 
 RUNGS = {
     "tf32": [Rung("matmul_mma_global_tf32", matmul_mma_global_tf32, "one warp per 16×8 tile, from global")],
-    "f16": [Rung("matmul_mma_global_f16", matmul_mma_global_f16, "one warp per 16×8 tile, from global")],
-    "bf16": [Rung("matmul_mma_global_bf16", matmul_mma_global_bf16, "one warp per 16×8 tile, from global")],
+    "f16": [Rung("matmul_mma_global_f16", matmul_mma_global_f16, "one warp per 16×8 tile, from global"),
+            Rung("matmul_mma_ldmatrix_f16", matmul_mma_ldmatrix_f16, "32×16 block tiles in shared, ldmatrix")],
+    "bf16": [Rung("matmul_mma_global_bf16", matmul_mma_global_bf16, "one warp per 16×8 tile, from global"),
+             Rung("matmul_mma_ldmatrix_bf16", matmul_mma_ldmatrix_bf16, "32×16 block tiles in shared, ldmatrix")],
 }
 BASELINES = {
     "tf32": [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "cuBLAS, TF32 on")],
@@ -306,7 +382,7 @@ BASELINES = {
     "bf16": [Baseline("torch.matmul.bf16", _torch_mm_b16("bfloat16"), "cuBLAS, bf16 in, fp32 out")],
 }
 SIZES = [(4096, 4096, 4096)]
-SIM_SIZES = [(32, 24, 48)]      # 2 × 3 tiles, 3 (16-bit) or 6 (TF32) k-steps: a few seconds on the simulator
+SIM_SIZES = [(32, 32, 32)]      # rung 0: 8 warps; rung 1: 2 blocks of 4 warps; 2 (16-bit) or 4 (TF32) k-steps
 
 
 def _ladder(kind):
