@@ -269,7 +269,10 @@ def _ldmatrix_twin(count: int, trans: bool):
                 if not 0 <= index <= flat.size - 8:
                     raise IndexError(f"{op}: lane {8 * m + r}'s row [{index}, {index + 8}) is outside the "
                                      f"shared array of {flat.size} elements")
-                rows.append(flat[index:index + 8].view(np.uint16).copy())
+                # element by element through the array itself, so the simulator's debugger sees the reads
+                shape = np.shape(smem)
+                values = [smem[np.unravel_index(index + k, shape)] for k in range(8)]
+                rows.append(np.array(values, dtype=flat.dtype).view(np.uint16))
             matrices.append(np.stack(rows))
         out = {}
         for lane in range(WARP):
