@@ -33,8 +33,9 @@ def prefix_sum_rounding(x: np.ndarray, per_thread: int = 1) -> np.ndarray:
     loop), and the chunk totals are then added up one after another (atomics into one address, or a
     decoupled look-back); and each output may go through ceil(log2 n) + 1 more additions at its own magnitude
     (the levels of a tree scan, the add of a carry).
-    With per_thread = 1 this is one sequential pass over every element: the loosest model. Trees (shared
-    memory, shuffles) add fewer and smaller partials, so they stay inside it. O(n) time and memory.
+    Every output counts all the additions it depends on: its chunk's partials up to it, and every earlier
+    chunk's partials and carries. With per_thread = 1 this is one sequential pass over every element: the
+    loosest model. Trees (shared memory, shuffles) add fewer partials of similar size. O(n) time and memory.
     """
     x = np.asarray(x, dtype=np.float64).ravel()
     n = x.size
@@ -45,7 +46,10 @@ def prefix_sum_rounding(x: np.ndarray, per_thread: int = 1) -> np.ndarray:
     np.cumsum(local, axis=1, out=local)                 # each chunk's running partials
     local_sq = np.cumsum(local * local, axis=1)
     carries = np.cumsum(local[:, -1])                    # the running total after each chunk
-    carry_sq = np.concatenate([[0.0], np.cumsum(carries[:-1] ** 2)])
+    # an output after chunk m inherits the rounding of every addition that made the carry: each earlier
+    # chunk's own partials and each earlier carry
+    earlier = local_sq[:, -1] + carries ** 2
+    carry_sq = np.concatenate([[0.0], np.cumsum(earlier[:-1])])
     before = np.concatenate([[0.0], carries[:-1]])
     local += before[:, None]                             # the outputs themselves
     depth = math.ceil(math.log2(n)) + 1                  # a tree passes each output through this many adds

@@ -116,8 +116,7 @@ def test_prefix_sum_rounding_matches_a_direct_count():
     outputs = np.cumsum(x)
     expected = []
     for j in range(7):
-        start = j - j % 3
-        squares = sum(v * v for v in local[start:j + 1])
+        squares = sum(v * v for v in local[:j + 1])           # every partial of this and earlier chunks
         chain = [2.0, 1.75][: j // 3]                         # carries formed before this chunk
         depth = 4  # ceil(log2 7) + 1 additions at the output's own magnitude
         expected.append(np.sqrt(squares + sum(c * c for c in chain) + depth * outputs[j] ** 2))
