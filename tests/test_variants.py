@@ -30,9 +30,9 @@ import lib
 import lib.launches as launch_hooks
 from lib.check import compare
 from lib.exercises import EXERCISES
-from lib.grader import FAILED, PASSED, grade
+from lib.grader import ERROR, FAILED, PASSED, grade
 from lib.grader.cases import execute_case, judge, launch_structure, prepare_case
-from lib.variants import RACES, SIMULATOR_ONLY_MODELS, VARIANTS
+from lib.variants import MAY_PASS_ON_A_GPU, RACES, SIMULATOR_ONLY_MODELS, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,7 +138,7 @@ def test_every_exercise_has_at_least_four_variants_with_distinct_names():
         assert len(names) >= 4 and len(set(names)) == len(names), ex_id
         for v in variants:
             assert v.mistake and v.mistake[0].islower() and callable(v.model) and callable(v.kernel), v.name
-    for ex_id, name in RACES | SIMULATOR_ONLY_MODELS:
+    for ex_id, name in RACES | SIMULATOR_ONLY_MODELS | MAY_PASS_ON_A_GPU:
         _variant(ex_id, name)  # each name in these sets is a variant
 
 
@@ -245,10 +245,16 @@ def test_variant_fails_on_the_gpu(ex_id, name):
     t0 = time.perf_counter()
     report = grade(ex_id, variant.kernel, seed=1)
     _record(f"{ex_id}:{name}", report, time.perf_counter() - t0)
-    assert report.status == FAILED, str(report)
+    if (ex_id, name) in MAY_PASS_ON_A_GPU and report.status == PASSED:
+        return  # undefined behaviour that this GPU runs right: only the simulator can show it
+    # FAILED, or ERROR where the mistake also crashes at some size (a grid of 0 blocks is refused on a GPU)
+    assert report.status in (FAILED, ERROR) and any(not c.passed and not c.raised for c in report.cases), str(report)
     named = {c.mistake for c in report.cases if c.mistake}
-    # named as itself, or not at all (a race, or an order the GPU does not keep); never as another mistake,
-    # unless the two give the same output at that size
+    if (ex_id, name) in RACES:
+        return  # a race's result is arbitrary: it may equal another mistake's (on the H200 at n = 1000 the
+        #         racing sum once equalled the last block's partial, "each block stores into out[0]")
+    # named as itself, or not at all (an order the GPU does not keep); never as another mistake, unless the two
+    # give the same output at that size
     assert named <= {name} | COINCIDE.get((ex_id, name), set()), f"{name} was named {named}"
-    if (ex_id, name) not in RACES | SIMULATOR_ONLY_MODELS:
+    if (ex_id, name) not in SIMULATOR_ONLY_MODELS:
         assert name in named, f"{name} was not named:\n{report}"
