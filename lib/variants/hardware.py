@@ -27,6 +27,7 @@ def outer_swapped_xy(x, y, out):
     """out[i, j] = x[i] * y[j] with i, j = cuda.grid(2): i runs along x, which the launch spreads over the
     columns, so rows past the x-extent and columns past the y-extent are never written.
 
+    Memory: x[i] and y[j] read per element; a warp's stores run down a column (strided), as the swap implies.
     Launch: 2-D, x over the columns, y over the rows (as the exercise's own launch).
     """
     i, j = cuda.grid(2)
@@ -51,6 +52,7 @@ def _swapped_model(x, y, launches, fill=np.nan):
 def outer_right(x, y, out):
     """out[i, j] = x[i] * y[j], x along the columns.
 
+    Memory: x[i] and y[j] read per element; a warp stores 32 consecutive floats of one row (coalesced).
     Launch: 2-D, x over the columns, y over the rows; threads past the array do nothing.
     """
     j, i = cuda.grid(2)
@@ -74,6 +76,7 @@ def _covered_model(x, y, launches, fill=np.nan):
 def outer_thread_index_only(x, y, out):
     """out[i, j] with j, i = threadIdx.x, threadIdx.y: every block writes the first tile.
 
+    Memory: as outer_right, but only the first tile's elements are touched.
     Launch: 2-D, enough blocks for the array; only the first blockDim.y x blockDim.x tile is reached.
     """
     j, i = cuda.threadIdx.x, cuda.threadIdx.y
@@ -98,6 +101,7 @@ def _thread_index_model(x, y, launches, fill=np.nan):
 def outer_last_column_dropped(x, y, out):
     """out[i, j] for j < cols - 1: the column guard is one short.
 
+    Memory: as outer_right; the last column is never stored.
     Launch: 2-D, x over the columns, y over the rows.
     """
     j, i = cuda.grid(2)

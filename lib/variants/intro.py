@@ -13,6 +13,7 @@ THREADS = 256
 def add_guarded(a, b, out):
     """out[i] = a[i] + b[i] where a thread exists for i.
 
+    Memory: two coalesced reads and one write per element reached.
     Launch: 1-D, any size; elements past the launch's threads are left alone.
     """
     i = cuda.grid(1)
@@ -37,6 +38,7 @@ def _covered_model(a, b, launches, fill=np.nan):
 def add_last_dropped(a, b, out):
     """out[i] = a[i] + b[i] for i < n - 1: the guard is one short.
 
+    Memory: two coalesced reads and one write per element but the last.
     Launch: 1-D, one thread per element (rounded up).
     """
     i = cuda.grid(1)
@@ -58,6 +60,7 @@ def _last_dropped_model(a, b, launches, fill=np.nan):
 def add_thread_index_only(a, b, out):
     """out[i] = a[i] + b[i] with i = threadIdx.x: every block writes the first blockDim elements.
 
+    Memory: every block reads and writes the same first blockDim elements.
     Launch: 1-D, one thread per element (rounded up); only the first blockDim elements are reached.
     """
     i = cuda.threadIdx.x
@@ -87,6 +90,7 @@ def add_stride_from_thread(a, b, out):
     """A grid-stride loop that starts at threadIdx.x instead of cuda.grid(1): the elements whose offset in
     each stride is past blockDim are never written.
 
+    Memory: the blocks read and write the same elements; the others are never touched.
     Launch: 1-D, any grid; the loop steps by the whole grid.
     """
     for i in range(cuda.threadIdx.x, out.size, cuda.gridsize(1)):
@@ -113,6 +117,7 @@ def _stride_model(a, b, launches, fill=np.nan):
 def add_into_out(a, b, out):
     """out[i] += a[i] + b[i]: adds into whatever out held.
 
+    Memory: three reads (a, b and out) and one write per element.
     Launch: 1-D, one thread per element (rounded up).
     """
     i = cuda.grid(1)

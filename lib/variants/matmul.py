@@ -48,6 +48,7 @@ def _covered(product, launches, fill):
 def matmul_swapped_xy(a, b, c):
     """c[row, col] with row, col = cuda.grid(2): row runs along x, which the launch spreads over the columns.
 
+    Memory: a warp reads a row of a (broadcast) and 32 rows of b (strided): the swap loses coalescing.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     row, col = cuda.grid(2)
@@ -62,6 +63,7 @@ def matmul_swapped_xy(a, b, c):
 def matmul_right(a, b, c):
     """c = a @ b, one thread per element, x along the columns.
 
+    Memory: a warp reads one element of a (broadcast) and 32 consecutive elements of b per step of K.
     Launch: 2-D, x over c's columns, y over its rows; threads past c do nothing.
     """
     col, row = cuda.grid(2)
@@ -76,6 +78,7 @@ def matmul_right(a, b, c):
 def matmul_k_one_short(a, b, c):
     """c = a[:, :K-1] @ b[:K-1]: the dot product's loop stops one short.
 
+    Memory: as matmul_right, K - 1 steps.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     col, row = cuda.grid(2)
@@ -115,6 +118,7 @@ def matmul_tiled_whole_tiles(a, b, c):
 def matmul_added_into_c(a, b, c):
     """c[row, col] += the dot product: c was never set to 0 first.
 
+    Memory: as matmul_right, plus a read of c.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     col, row = cuda.grid(2)
@@ -147,6 +151,7 @@ def _whole_tiles(a, b):
 def matmul_bt_as_kn(a, b, c):
     """c = a @ B where B is b's memory read as a (K, N) matrix: b indexed as if it were not transposed.
 
+    Memory: b read through a flat index (an integer division per term); the reads are those of a (K, N) matrix.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     col, row = cuda.grid(2)
@@ -162,6 +167,7 @@ def matmul_bt_as_kn(a, b, c):
 def matmul_bt_swapped_xy(a, b, c):
     """c[row, col] = a[row] . b[col] with row, col = cuda.grid(2): row runs along x (over the columns).
 
+    Memory: a warp reads 32 rows of a and one row of b per step of K.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     row, col = cuda.grid(2)
@@ -176,6 +182,7 @@ def matmul_bt_swapped_xy(a, b, c):
 def matmul_bt_right(a, b, c):
     """c = a @ b.T, one thread per element, x along the columns.
 
+    Memory: a warp reads one element of a (broadcast) and 32 rows of b per step (strided by K).
     Launch: 2-D, x over c's columns, y over its rows; threads past c do nothing.
     """
     col, row = cuda.grid(2)
@@ -190,6 +197,7 @@ def matmul_bt_right(a, b, c):
 def matmul_bt_k_one_short(a, b, c):
     """c = a[:, :K-1] @ b[:, :K-1].T: the dot product's loop stops one short.
 
+    Memory: as matmul_bt_right, K - 1 steps.
     Launch: 2-D, x over c's columns, y over its rows.
     """
     col, row = cuda.grid(2)

@@ -29,6 +29,7 @@ def transpose_swapped_xy(a, out):
     """out[c, r] = a[r, c] with r, c = cuda.grid(2): r runs along x, which the launch spreads over a's
     columns, so rows past the x-extent and columns past the y-extent are never copied.
 
+    Memory: a warp reads down a column of a and writes along a row of out.
     Launch: 2-D, x over a's columns, y over its rows.
     """
     r, c = cuda.grid(2)
@@ -53,6 +54,7 @@ def _swapped_model(a, launches, fill=np.nan):
 def transpose_right(a, out):
     """out[c, r] = a[r, c], x along a's columns.
 
+    Memory: reads coalesced along a's rows, writes strided down out's columns (no tile).
     Launch: 2-D, x over a's columns, y over its rows; threads past the array do nothing.
     """
     c, r = cuda.grid(2)
@@ -76,6 +78,7 @@ def _covered_model(a, launches, fill=np.nan):
 def transpose_copy_order(a, out):
     """out's k-th element (row-major) = a's k-th element: a copy into out's shape, not a transpose.
 
+    Memory: reads coalesced, writes to computed positions (an integer division per element).
     Launch: 2-D, x over a's columns, y over its rows.
     """
     c, r = cuda.grid(2)
@@ -93,6 +96,7 @@ def transpose_copied(a, out):
 def transpose_last_row_dropped(a, out):
     """out[c, r] = a[r, c] for r < rows - 1: the row guard is one short.
 
+    Memory: as transpose_right; a's last row is never read.
     Launch: 2-D, x over a's columns, y over its rows.
     """
     c, r = cuda.grid(2)
@@ -123,6 +127,7 @@ FIXED_THREADS = 64
 def column_sums_last_row_dropped(x, out):
     """out[j] = x[0, j] + ... + x[rows - 2, j]: the row loop stops one short.
 
+    Memory: a warp reads 32 consecutive floats of each row (coalesced), rows - 1 of them.
     Launch: 1-D, one thread per column.
     """
     j = cuda.grid(1)
@@ -141,6 +146,7 @@ def column_sums_last_row(x, out):
 def column_sums_right(x, out):
     """out[j] = sum of column j, one thread per column, rows in order.
 
+    Memory: a warp reads 32 consecutive floats of each row (coalesced).
     Launch: 1-D, one thread per column; threads past the columns do nothing.
     """
     j = cuda.grid(1)
@@ -169,6 +175,7 @@ def column_sums_column_major(x, out):
     """out[j] = the sum of x's elements j*rows ... j*rows + rows - 1 in memory order: x read as if it were
     stored column by column.
 
+    Memory: a thread reads a contiguous run of memory; a warp's reads are rows apart (strided).
     Launch: 1-D, one thread per column.
     """
     j = cuda.grid(1)
@@ -188,6 +195,7 @@ def column_sums_column_major_order(x, out):
 def column_sums_added_into_out(x, out):
     """out[j] += the column's sum: out was never set to 0 first.
 
+    Memory: as column_sums_right, plus a read of out[j].
     Launch: 1-D, one thread per column.
     """
     j = cuda.grid(1)

@@ -208,6 +208,7 @@ def _two_pass(first, second):
 def sum_one_element_per_thread(x, out):
     """atomic out[0] += x[i] for i = cuda.grid(1): no loop, so elements past the launch are never added.
 
+    Memory: one read and one atomic per thread launched.
     Launch: 1-D, any; out must hold 0 first.
     """
     i = cuda.grid(1)
@@ -224,6 +225,7 @@ def reduce_sum_fixed_launch(x, out):
 def sum_last_dropped(x, out):
     """A grid-stride sum whose loop stops at n - 1, then one atomic add per thread.
 
+    Memory: each element but the last read once (grid-stride, coalesced); one atomic per thread.
     Launch: 1-D, any; out must hold 0 first.
     """
     total = float32(0.0)
@@ -241,6 +243,7 @@ def reduce_sum_last_dropped(x, out):
 def sum_non_atomic(x, out):
     """out[0] += x[i] from every thread, without an atomic: a read-modify-write race.
 
+    Memory: one read of x and a read-modify-write of out[0] per thread.
     Launch: 1-D, one thread per element; out must hold 0 first.
     """
     i = cuda.grid(1)
@@ -303,6 +306,7 @@ def _not_zeroed_model(x, launches, fill=np.nan):
 def max_zero_identity(x, out):
     """A grid-stride max that starts from 0 instead of -inf, then one atomic max per thread.
 
+    Memory: each element read once (grid-stride, coalesced); one atomic per thread.
     Launch: 1-D, any; out holds 0 first (the same wrong identity).
     """
     best = float32(0.0)
@@ -320,6 +324,7 @@ def reduce_max_zero_identity(x, out):
 def max_one_element_per_thread(x, out):
     """atomic max of x[i] for i = cuda.grid(1): no loop, so elements past the launch are never seen.
 
+    Memory: one read and one atomic per thread launched.
     Launch: 1-D, any; out must hold -inf first.
     """
     i = cuda.grid(1)
@@ -337,6 +342,7 @@ def max_non_atomic(x, out):
     """if x[i] > out[0]: out[0] = x[i] from every thread, without an atomic: a race between the test and the
     store.
 
+    Memory: one read of x and of out[0] per thread, a store where it is larger.
     Launch: 1-D, one thread per element; out must hold -inf first.
     """
     i = cuda.grid(1)
@@ -363,6 +369,7 @@ def warp_sums_exited_lanes(x, out):
     """Lanes past the end return before the shuffles, and lane 0 then reads their values: undefined on a
     GPU (the simulator gives NaN).
 
+    Memory: one coalesced read per element; five shuffles per live lane.
     Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
     """
     i = cuda.grid(1)
@@ -389,6 +396,7 @@ def warp_sums_from_offset(x, out, first_offset):
     """The shuffle tree starting at `first_offset` instead of 16 (8: half the warp; the loop is otherwise
     right), then lane 0 stores.
 
+    Memory: one coalesced read per element; a shuffle per step.
     Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
     """
     i = cuda.grid(1)
@@ -409,6 +417,7 @@ def warp_reduce_half_warp(x, out):
 def warp_sums_stop_at_two(x, out):
     """The shuffle tree's loop stops before offset 1 (while offset > 1): lane 0 has only the even lanes.
 
+    Memory: one coalesced read per element; four shuffles.
     Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
     """
     i = cuda.grid(1)
@@ -430,6 +439,7 @@ def warp_sums_shfl_up(x, out):
     """The tree with shfl_up_sync where shfl_down_sync was meant: lane 0 gets its own value back every step
     (no lane below it), so it ends with 32 times x[32w].
 
+    Memory: one coalesced read per element; five shuffles.
     Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
     """
     i = cuda.grid(1)
@@ -450,6 +460,7 @@ def warp_reduce_shfl_up(x, out):
 def warp_sums_right(x, out):
     """The chapter's warp sum (shfl_down tree, lanes past the end add 0), one warp per chunk of 32.
 
+    Memory: one coalesced read per element; five shuffles; one store per chunk.
     Launch: 1-D, any block size that is a multiple of 32; chunks past the launch are not reached.
     """
     i = cuda.grid(1)

@@ -66,6 +66,7 @@ def add_carries(out, sums, scanned, mode, limit):
     """Adds block b's carry to its elements below `limit` (b >= 1): scanned[b - 1] (right), scanned[b] (the
     block's own total included) or sums[b - 1] (the previous block's total only), by `mode`.
 
+    Memory: one read of a carry (broadcast) and a read-modify-write per element.
     Launch: 1-D, BLOCK threads, one block per block of out but the first.
     """
     b = cuda.blockIdx.x + 1
@@ -97,6 +98,7 @@ def shift_right(inclusive, out, first_of_block_zero, skip_first):
     """out[i] = inclusive[i - 1], out[0] = 0; the mistakes: 0 at the start of every block (the shift done
     inside blocks), or out[0] never written.
 
+    Memory: one coalesced read and write per element.
     Launch: 1-D, BLOCK threads, ceil(n / BLOCK) blocks.
     """
     i = cuda.grid(1)
@@ -183,6 +185,7 @@ def _block_starts_zero(x, launches, fill=np.nan):
 def positive_flags(x, flags, limit):
     """flags[i] = 1 where x[i] > 0 for i < limit, else 0.
 
+    Memory: one coalesced read and write per element.
     Launch: 1-D, BLOCK threads, ceil(n / BLOCK) blocks.
     """
     i = cuda.grid(1)
@@ -195,6 +198,7 @@ def scatter(x, positions, out, limit, compact, zero_tail):
     """out[positions[i] - 1] = x[i] for the kept elements (or out[i] = x[i] in place when not `compact`),
     and out[i] = 0 for i past the count when `zero_tail`; only threads below `limit` take part.
 
+    Memory: one read of x and of positions per element, the count read by every thread (broadcast), scattered writes.
     Launch: 1-D, BLOCK threads, ceil(n / BLOCK) blocks.
     """
     i = cuda.grid(1)
