@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import linecache
 import math
 import os
 import time
@@ -192,7 +193,10 @@ def _solutions() -> dict:
             if "solution" not in cell.get("metadata", {}).get("tags", []) or "grade(" not in cell.source:
                 continue
             space["grade"] = lambda ex_id, fn, *a, **k: found.__setitem__(ex_id, fn)
-            exec(compile(cell.source, f"<{path.stem} solution>", "exec"), space)
+            name = f"<solution {path.stem} {len(found)}>"
+            # the source where inspect finds it, so the simulator's GPU-compile check reads the kernels
+            linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
+            exec(compile(cell.source, name, "exec"), space)
     return found
 
 
