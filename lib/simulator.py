@@ -685,4 +685,27 @@ def install():
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
     _global_element_access()
     _fast_static_shared_arrays()
+    _refuse_empty_launches(kernel.FakeCUDAKernel)
     _installed = True
+
+
+def _refuse_empty_launches(kernel_class):
+    """A grid or block with a 0 (e.g. a block count rounded down for a small n) is an error on a GPU, raised by
+    cuda.core when the kernel is launched; numba's simulator would run no thread and say nothing."""
+    call = kernel_class.__call__
+
+    def __call__(self, *args):
+        if not self._device and not _kernel_context_active():
+            for what, dims in (("grid", self.grid_dim), ("block", self.block_dim)):  # normalised 3-tuples
+                if dims is not None and min(dims) < 1:
+                    raise ValueError(f"LaunchConfig.{what} values must be >= 1 (got {tuple(dims)}), as a GPU "
+                                     "says it: a launch needs at least one block of one thread")
+        return call(self, *args)
+
+    kernel_class.__call__ = __call__
+
+
+def _kernel_context_active() -> bool:
+    from numba.cuda.simulator import kernel
+
+    return bool(kernel._kernel_context)

@@ -1147,3 +1147,16 @@ def test_simbench_finds_its_kernels_and_the_attention_solution_in_its_chapter():
     assert [name for name, _, _ in cases] == ["barriers", "warp_shuffle", "transpose_tiled", "attention"]
     attention = simbench._attention_solution()
     assert callable(attention) and attention.__module__ == "attention_solution"
+
+
+def test_an_empty_launch_is_an_error_as_on_a_gpu():
+    """A block count rounded down for a small n gives a grid of 0 blocks: cuda.core refuses it on a GPU."""
+    @cuda.jit
+    def write_one(out):
+        out[0] = 1.0
+
+    out = np.zeros(1, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"grid values must be >= 1 \(got \(0, 1, 1\)\)"):
+        write_one[0, 32](out)
+    write_one[1, 32](out)
+    assert out[0] == 1.0
