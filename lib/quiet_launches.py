@@ -22,7 +22,9 @@ import functools
 import re
 import warnings
 
-LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
+# numba highlights the message with terminal escapes where colorama is installed (the H200's image has it):
+# "\x1b[1mGrid size 1 will ...\x1b[0m". A warnings filter matches from the start, so the escapes are allowed.
+LOW_OCCUPANCY = r"(?:\x1b\[[0-9;]*m)*Grid size \d+ will likely result in GPU under-utilization"
 
 
 def _category():

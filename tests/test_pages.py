@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -78,6 +79,23 @@ def test_low_occupancy_warning_is_silenced_for_book_kernels_only():
     assert got["reader large"] == []
     assert got["reader on purpose"] == [["UserWarning", "another warning", False]]
     assert got["quiet twice"] is True
+
+
+def test_the_filter_matches_numbas_highlighted_message_too():
+    """Where colorama is installed (the H200's image), numba wraps the message in terminal escapes."""
+    from numba.cuda.core.errors import NumbaPerformanceWarning
+
+    from lib import quiet_launches as q
+
+    for text in ("Grid size 4 will likely result in GPU under-utilization due to low occupancy.",
+                 "\x1b[1mGrid size 4 will likely result in GPU under-utilization due to low occupancy.\x1b[0m"):
+        assert q.is_low_occupancy_warning(NumbaPerformanceWarning(text))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with q.on_purpose():
+                warnings.warn(NumbaPerformanceWarning(text))
+        assert seen == []
+    assert not q.is_low_occupancy_warning(NumbaPerformanceWarning("\x1b[1mSomething else\x1b[0m"))
 
 
 def test_quiet_kernels_needs_a_module_namespace():
