@@ -14,7 +14,10 @@ import sys
 import unittest
 from pathlib import Path
 
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before lib / numba: these run on the simulator
+# Before lib / numba: these run on the simulator. Not where numba.cuda is already on a GPU (a whole
+# test run there): numba re-reads the variable later and would turn its next kernels into simulated ones.
+if "numba.cuda" not in sys.modules:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 import pytest  # noqa: E402
 

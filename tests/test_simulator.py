@@ -5,10 +5,13 @@ match.sync), never by calling the implementation. Each launch runs in a helper t
 timeout, so a scheduler regression that hangs fails the test instead of the whole suite.
 """
 import os
-
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before lib / numba: this module tests the simulator
-
 import sys
+
+# Before lib / numba: this module tests the simulator. Not where numba.cuda is already on a GPU (a whole
+# test run there): numba re-reads the variable later and would turn its next kernels into simulated ones.
+if "numba.cuda" not in sys.modules:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
 import threading
 import time
 from pathlib import Path

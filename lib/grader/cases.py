@@ -309,6 +309,9 @@ def exception_hint(exc: BaseException) -> str:
     if isinstance(exc, IndexError):
         return ("a thread indexed outside an array: guard with `if i < n:` (the grid is rounded up to whole "
                 "blocks, so the last block has threads past the end).")
+    if "values must be >= 1" in text:  # cuda.core's words (and the simulator's) for a grid or block with a 0
+        return ("a launch needs at least one block of one thread: round the block count up, "
+                "(n + threads - 1) // threads, so that a small n still gets one block.")
     if "TypingError" in type(exc).__name__ or "Failed in cuda mode pipeline" in text or "compile" in text:
         return "numba could not compile the kernel for a GPU: read the first lines of the message for the failing line."
     if "race" in text.lower() or "uninitiali" in text.lower() or "never written" in text.lower():
