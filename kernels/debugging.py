@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
+from lib.bench import PAGE_WIDTH
 from lib.quiet_launches import quiet_kernels
 
 CHAPTER = "debugging"
@@ -342,7 +343,7 @@ def shorten(text: str) -> str:
     return re.sub(r"\((?:Array<[^>]*>(?:, )?)+\)", "(...)", text)
 
 
-def fit(text: str, width: int = 80) -> str:
+def fit(text: str, width: int = PAGE_WIDTH) -> str:
     """Lines longer than `width` wrapped at spaces, continuation lines indented under their first word."""
     import textwrap
 

@@ -35,3 +35,15 @@ def book(tmp_path_factory):
 @pytest.fixture(scope="session")
 def html(book) -> Path:
     return book[0] / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def playwright():
+    """One Playwright driver for the whole session: its sync API refuses to start a second one while the
+    first is running (test_browser's Chromium stays open for the session), so every browser test
+    launches its Chromium from this one."""
+    from playwright.sync_api import sync_playwright
+
+    driver = sync_playwright().start()
+    yield driver
+    driver.stop()

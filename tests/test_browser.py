@@ -90,20 +90,17 @@ def shots(html) -> Path:
 
 
 @pytest.fixture(scope="session")
-def browser_context(tmp_path_factory):
+def browser_context(playwright, tmp_path_factory):
     """Chromium with a fresh user-data-dir. No skip: a machine without Chromium fails here (`make test`
     installs it first)."""
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: `make test` installs Debian's chromium"
-    from playwright.sync_api import sync_playwright
-
     profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport=DESKTOP, service_workers="block")
-        context.set_default_timeout(WIDGET_TIMEOUT_MS)
-        yield context
-        context.close()
+    context = playwright.chromium.launch_persistent_context(
+        str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
+        viewport=DESKTOP, service_workers="block")
+    context.set_default_timeout(WIDGET_TIMEOUT_MS)
+    yield context
+    context.close()
 
 
 class Visit:
@@ -160,8 +157,9 @@ def visit(browser_context, site):
 
 def widget(page):
     """The output area that holds the page's (one) anywidget, once it has rendered its controls."""
-    page.wait_for_selector(".cell_output input[type=range]", state="attached", timeout=WIDGET_TIMEOUT_MS)
-    box = page.locator(".cell_output").filter(has=page.locator("input[type=range]"))
+    controls = "input[type=range], select"  # sliders, or the fragment widget's menus
+    page.wait_for_selector(f".cell_output :is({controls})", state="attached", timeout=WIDGET_TIMEOUT_MS)
+    box = page.locator(".cell_output").filter(has=page.locator(controls))
     assert box.count() == 1, f"expected one widget on {page.url}, found {box.count()}"
     return box.first
 

@@ -64,24 +64,21 @@ window.ready = true;
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def page(playwright, tmp_path_factory):
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing"
-    from playwright.sync_api import sync_playwright
-
     js = fragments.JS.read_text().replace("export default", "const __widget =").replace("export ", "")
     html = tmp_path_factory.mktemp("fragments") / "index.html"
     html.write_text(PAGE.format(js=js))
     profile = tmp_path_factory.mktemp("profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
-                                                       args=FLAGS)
-        pg = context.new_page()
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.goto(html.as_uri())
-        pg.wait_for_function("window.ready === true", timeout=10_000)
-        yield pg, errors
-        context.close()
+    context = playwright.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
+                                                            args=FLAGS)
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(html.as_uri())
+    pg.wait_for_function("window.ready === true", timeout=10_000)
+    yield pg, errors
+    context.close()
 
 
 def _outlined(pg, selector):

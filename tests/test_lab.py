@@ -126,64 +126,63 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_make_lab_opens_a_chapter_as_a_notebook_and_grades_an_exercise(lab, tmp_path):
+def test_make_lab_opens_a_chapter_as_a_notebook_and_grades_an_exercise(lab, playwright, tmp_path):
     assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: `make test` installs Debian's chromium"
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     chapter = ROOT / "chapters" / CHAPTER
     before = _digest(chapter)
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport=DESKTOP)
-        context.set_default_timeout(UI_TIMEOUT_MS)
-        try:
-            page = context.new_page()
-            page.goto(f"{lab.base}/lab/tree/{CHAPTER}?token={lab.token}")
+    context = playwright.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+        viewport=DESKTOP)
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(f"{lab.base}/lab/tree/{CHAPTER}?token={lab.token}")
 
-            # Opened by jupytext as a notebook (the text editor would show one .jp-FileEditor instead).
-            notebook = page.locator(".jp-NotebookPanel .jp-Notebook")
-            page.locator(".jp-NotebookPanel, .jp-FileEditor").first.wait_for()
-            assert page.locator(".jp-FileEditor").count() == 0, "the chapter opened in the text editor"
-            # The MyST cells, split by jupytext (a notebook shows one empty cell until its content arrives).
-            cells = notebook.locator(".jp-Cell")
-            expect(cells).to_have_count(len(jupytext.read(chapter).cells), timeout=UI_TIMEOUT_MS)
+        # Opened by jupytext as a notebook (the text editor would show one .jp-FileEditor instead).
+        notebook = page.locator(".jp-NotebookPanel .jp-Notebook")
+        page.locator(".jp-NotebookPanel, .jp-FileEditor").first.wait_for()
+        assert page.locator(".jp-FileEditor").count() == 0, "the chapter opened in the text editor"
+        # The MyST cells, split by jupytext (a notebook shows one empty cell until its content arrives).
+        cells = notebook.locator(".jp-Cell")
+        expect(cells).to_have_count(len(jupytext.read(chapter).cells), timeout=UI_TIMEOUT_MS)
 
-            # The chapter's kernel started, from the book's venv (the server's own python).
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while not [k for k in lab.api("kernels") if k["execution_state"] == "idle"]:
-                assert time.monotonic() < deadline, f"no idle kernel: {lab.api('kernels')}\n{lab.tail()}"
-                time.sleep(0.5)
-            kernels = lab.kernel_processes()
-            assert len(kernels) == 1, f"expected one kernel process, found {[k.cmdline() for k in kernels]}"
-            assert kernels[0].cmdline()[0].startswith(str(ROOT / ".venv" / "bin") + os.sep), \
-                f"the kernel is not the book's venv: {kernels[0].cmdline()}"
+        # The chapter's kernel started, from the book's venv (the server's own python).
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not [k for k in lab.api("kernels") if k["execution_state"] == "idle"]:
+            assert time.monotonic() < deadline, f"no idle kernel: {lab.api('kernels')}\n{lab.tail()}"
+            time.sleep(0.5)
+        kernels = lab.kernel_processes()
+        assert len(kernels) == 1, f"expected one kernel process, found {[k.cmdline() for k in kernels]}"
+        assert kernels[0].cmdline()[0].startswith(str(ROOT / ".venv" / "bin") + os.sep), \
+            f"the kernel is not the book's venv: {kernels[0].cmdline()}"
 
-            # Shift+Enter from the first cell down to the exercise's solution, as a reader does.
-            cells.first.locator(".jp-InputPrompt").click()
-            page.keyboard.press("Escape")
-            active = notebook.locator(".jp-Cell.jp-mod-active")
-            for _ in range(MAX_CELLS):
-                last = SOLUTION_MARK in active.inner_text()
-                page.keyboard.press("Shift+Enter")
-                if last:
-                    break
-            else:
-                pytest.fail(f"no cell with {SOLUTION_MARK!r} among the first {MAX_CELLS} cells")
+        # Shift+Enter from the first cell down to the exercise's solution, as a reader does.
+        cells.first.locator(".jp-InputPrompt").click()
+        page.keyboard.press("Escape")
+        active = notebook.locator(".jp-Cell.jp-mod-active")
+        for _ in range(MAX_CELLS):
+            last = SOLUTION_MARK in active.inner_text()
+            page.keyboard.press("Shift+Enter")
+            if last:
+                break
+        else:
+            pytest.fail(f"no cell with {SOLUTION_MARK!r} among the first {MAX_CELLS} cells")
 
-            first_code = notebook.locator(".jp-CodeCell").first
-            mode_line = lib.banner().splitlines()[0]
-            expect(first_code.locator(".jp-OutputArea")).to_contain_text(mode_line, timeout=UI_TIMEOUT_MS)
-            stub_grade = notebook.locator(".jp-CodeCell").filter(has_text='grade("vector_add", vector_add)')
-            expect(stub_grade.first.locator(".jp-OutputArea")).to_contain_text(
-                "vector_add: not attempted yet", timeout=UI_TIMEOUT_MS)
-            solution = notebook.locator(".jp-CodeCell").filter(has_text=SOLUTION_MARK)
-            expect(solution.locator(".jp-OutputArea")).to_contain_text("vector_add: passed", timeout=UI_TIMEOUT_MS)
-            errors = notebook.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')
-            assert errors.count() == 0, f"a cell raised: {errors.first.inner_text()[:2000]}"
-        except Exception:
-            page.screenshot(path=str(ROOT / "_build" / "lab-failure.png"))
-            raise
-        finally:
-            context.close()
+        first_code = notebook.locator(".jp-CodeCell").first
+        mode_line = lib.banner().splitlines()[0]
+        expect(first_code.locator(".jp-OutputArea")).to_contain_text(mode_line, timeout=UI_TIMEOUT_MS)
+        stub_grade = notebook.locator(".jp-CodeCell").filter(has_text='grade("vector_add", vector_add)')
+        expect(stub_grade.first.locator(".jp-OutputArea")).to_contain_text(
+            "vector_add: not attempted yet", timeout=UI_TIMEOUT_MS)
+        solution = notebook.locator(".jp-CodeCell").filter(has_text=SOLUTION_MARK)
+        expect(solution.locator(".jp-OutputArea")).to_contain_text("vector_add: passed", timeout=UI_TIMEOUT_MS)
+        errors = notebook.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')
+        assert errors.count() == 0, f"a cell raised: {errors.first.inner_text()[:2000]}"
+    except Exception:
+        page.screenshot(path=str(ROOT / "_build" / "lab-failure.png"))
+        raise
+    finally:
+        context.close()
     assert _digest(chapter) == before, f"chapters/{CHAPTER} was rewritten while the test ran"
