@@ -234,6 +234,10 @@ def _build_root(spec: dict):
         _mount(None, new + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     os.makedirs(new + spec["workdir"], exist_ok=True)
     _mount(spec["workdir"], new + spec["workdir"], None, MS_BIND)
+    opened = list(spec["expose"]) + [spec["workdir"]]
+    for h in hidden:  # an exposed folder above a hidden one (a parent on sys.path) must not reopen it
+        if h not in private and any(h.startswith(o.rstrip("/") + "/") for o in opened) and os.path.isdir(new + h):
+            _mount("tmpfs", new + h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16m")
     for h in hidden:  # mount points made: the hiding tmpfs become read-only
         if h not in private:
             _mount(None, new + h, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
