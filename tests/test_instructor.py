@@ -87,7 +87,7 @@ def graded(tmp_path_factory):
 @needs_sandbox
 @pytest.mark.parametrize("student,passed,status,words", [
     ("alice", True, "passed", ""),                                    # correct
-    ("bob", False, "failed", "first at index"),                       # wrong kernel: tail never written
+    ("bob", False, "error", "grid values must be >= 1"),              # blocks rounded down: 0 blocks at n=1
     ("carol", False, "not attempted yet", "write vector_add"),        # the stub
     ("dave", False, "not graded", "never called grade('vector_add'); code cell 2 raised SyntaxError"),
     ("erin", False, "error", "NameError: name 'fast_add'"),           # import failed, then used
@@ -154,7 +154,7 @@ def test_odd_entries_each_get_a_row_that_says_what_they_are(graded):
     rows, stdout, _, _ = graded
     assert rows["'=cmd"]["passed"] == "True"                     # neutralised, graded
     assert rows["bad\ufffdname"]["passed"] == "True"
-    assert rows["shout"]["status"] == "failed"                   # .IPYNB is a notebook (bob's)
+    assert rows["shout"]["status"] == "error"                    # .IPYNB is a notebook (bob's)
     assert rows["dup.ipynb"]["status"] == "failed" and rows["dup.md"]["status"] == "passed"
     for student, words in [("folder", "a folder"), ("gone", "symbolic link"), ("link", "symbolic link"),
                            ("pipe", "not a regular file"), ("notes", "not a notebook")]:

@@ -39,6 +39,10 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NOT_GRADED = "not graded"
 
 
+# Top-level folders a notebook may read (read-only): the system, Python's installation, /tmp (private).
+SYSTEM_DIRS = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sbin", "sys", "tmp",
+               "usr", "var"}
+
 @dataclass
 class Submission:
     """One entry of the folder: a notebook to run, or the reason it is not run."""
@@ -152,8 +156,12 @@ def _prepare_run(folder: Path, out: Path | None, limit_s: float, secret_seed: st
             shutil.copy2(src, book / name)
     for path in [book, *book.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    # Every top-level folder that is not the system's is hidden too: another copy of a classmate's notebook
+    # (a second checkout, a downloads folder under /work or /srv) must not be readable from the sandbox.
+    elsewhere = {f"/{d}" for d in os.listdir("/") if d not in SYSTEM_DIRS and os.path.isdir(f"/{d}")
+                 and not os.path.islink(f"/{d}")}
     hide = sorted({str(ROOT), str(folder.resolve()), "/root", "/home", "/run", "/var/tmp", "/mnt", "/media"}
-                  | ({str(out.resolve().parent)} if out else set()))
+                  | elsewhere | ({str(out.resolve().parent)} if out else set()))
     return Run(scratch, book, hide, limit_s, remote.Seeds(secret_seed), lib.ON_GPU, extra_sizes,
                sandbox.probe(scratch / "probe"))
 
