@@ -155,7 +155,7 @@ def test_odd_entries_each_get_a_row_that_says_what_they_are(graded):
     assert rows["'=cmd"]["passed"] == "True"                     # neutralised, graded
     assert rows["bad\ufffdname"]["passed"] == "True"
     assert rows["shout"]["status"] == "error"                    # .IPYNB is a notebook (bob's)
-    assert rows["dup.ipynb"]["status"] == "failed" and rows["dup.md"]["status"] == "passed"
+    assert rows["dup.ipynb"]["status"] == "error" and rows["dup.md"]["status"] == "passed"  # bob's 0 blocks
     for student, words in [("folder", "a folder"), ("gone", "symbolic link"), ("link", "symbolic link"),
                            ("pipe", "not a regular file"), ("notes", "not a notebook")]:
         assert rows[student]["status"] == "not graded" and words in rows[student]["first_failure"], rows[student]
