@@ -25,6 +25,8 @@ class Rung:
     name: str                 # the kernel's name, as in kernels/ (e.g. "reduce_warp_shuffle")
     run: Callable             # run(*device_inputs, device_out)
     note: str = ""
+    dtype: str = ""           # the precision its row is labelled with; "" = the first input's numpy dtype
+                              # (say "float16" where 16-bit values travel as int16 bit patterns)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Baseline:
     name: str                 # the library call, e.g. "torch.sum"
     run: Callable             # run(*torch_inputs, torch_out)
     note: str = ""
+    dtype: str = ""           # as Rung.dtype (e.g. "float16" for a call that casts its inputs to fp16)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
     import lib
     from numba import cuda
 
+    from .clocks import Sampler
     from .results import environment, make_row
     from .timing import time_cuda
 
@@ -90,9 +94,9 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
     env = environment()
     rng = np.random.default_rng(seed)
     rows, samples, failures = [], {}, []
-    impls = [(r.name, r.run, False) for r in ladder.rungs]
+    impls = [(r.name, r.run, False, r.dtype) for r in ladder.rungs]
     if lib.ON_GPU:
-        impls += [(b.name, b.run, True) for b in ladder.baselines]
+        impls += [(b.name, b.run, True, b.dtype) for b in ladder.baselines]
     if only is not None:
         impls = [i for i in impls if i[0] in only]
     for size in sizes:
@@ -100,7 +104,7 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
         expected = ladder.reference(*inputs)
         d_inputs = [cuda.to_device(x) for x in inputs]
         d_out = cuda.device_array(ladder.out_shape(*inputs), dtype=np.float32)
-        for name, run, is_torch in impls:
+        for name, run, is_torch, dtype in impls:
             args = _torch_views(d_inputs + [d_out]) if is_torch else d_inputs + [d_out]
             d_out.copy_to_device(np.full(d_out.shape, np.nan, dtype=np.float32))
             call = (lambda run=run, args=args: run(*args))
@@ -116,8 +120,10 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
                 continue
             if lib.ON_GPU:
                 flops = ladder.flops(size) if ladder.flops else None
-                timing = time_cuda(call, bytes=ladder.bytes(size), flops=flops, reps=reps)
-                row = make_row(ladder.chapter, name, ladder.size_label(size), "float32", timing, ladder.unit, env)
+                with Sampler() as gpu:  # clocks, power, temperature while the repetitions run
+                    timing = time_cuda(call, bytes=ladder.bytes(size), flops=flops, reps=reps)
+                row = make_row(ladder.chapter, name, ladder.size_label(size), dtype or inputs[0].dtype.name,
+                               timing, ladder.unit, env, gpu=gpu.result())
                 rows.append(row)
                 samples[f"{row['kernel']}|{row['size']}|{row['dtype']}"] = timing.samples_ms.tolist()
             if progress is not None:

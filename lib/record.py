@@ -9,7 +9,7 @@ import json
 import pkgutil
 import sys
 
-from . import ROOT
+from . import ROOT, clocks
 
 
 def _modules():
@@ -43,7 +43,8 @@ def extra_recorders(chapters: list[str] | None = None):
 
 
 def device_description() -> dict:
-    """What the driver says about the current GPU (kept beside the results it produced)."""
+    """What the driver says about the current GPU (kept beside the results it produced), and NVML's clock
+    and power limits (the rows' sm_mhz and power_w are read against them)."""
     from numba import cuda
 
     dev = cuda.get_current_device()
@@ -59,6 +60,7 @@ def device_description() -> dict:
             pass
     free, total = cuda.current_context().get_memory_info()
     out["total_memory_bytes"] = int(total)
+    out.update(clocks.limits())  # NVML's maximum SM/memory clocks and power limit, where it reads them
     return out
 
 

@@ -13,14 +13,17 @@ from pathlib import Path
 import numpy as np
 
 from . import DATA
+from .clocks import FIELDS as CLOCK_FIELDS
 
 RESULTS = DATA / "results"
 COLUMNS = ["chapter", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", "reps", "value", "unit",
-           "bytes", "flops", "device", "numba_cuda", "torch", "date", "timer"]
+           "bytes", "flops", "device", "numba_cuda", "torch", "date", "timer", *CLOCK_FIELDS]
 # "timer": how the row was timed (lib.timing): "held" = the GPU's time for the work, the stream held while
 # the host enqueued it; "events" = a plain pair of CUDA events, the host's launch cost included. Rows
 # recorded before the column existed were timed the second way.
-LEGACY_DEFAULTS = {"timer": "events"}  # columns added after rows were first recorded, and what old rows mean
+# sm_mhz, mem_mhz, power_w, temp_c, throttle: what NVML said while the row's repetitions ran (lib.clocks);
+# empty where it could not be read, and in rows recorded before these columns existed.
+LEGACY_DEFAULTS = {"timer": "events", **dict.fromkeys(CLOCK_FIELDS, np.nan)}  # what old rows mean
 
 
 def environment() -> dict:
@@ -37,12 +40,18 @@ def environment() -> dict:
             "date": _dt.datetime.now(_dt.timezone.utc).date().isoformat()}
 
 
-def make_row(chapter: str, kernel: str, size: str, dtype: str, timing, unit: str, env: dict) -> dict:
-    """A result row from a :class:`lib.timing.Timing`; `size` is a label such as '268435456' or '4096x4096'."""
+def make_row(chapter: str, kernel: str, size: str, dtype: str, timing, unit: str, env: dict,
+             gpu: dict | None = None) -> dict:
+    """A result row from a :class:`lib.timing.Timing`; `size` is a label such as '268435456' or '4096x4096';
+    `gpu` is the clocks, power and temperature while it ran (:class:`lib.clocks.Sampler`), empty if None."""
+    gpu = {} if gpu is None else gpu
+    unknown = set(gpu) - set(CLOCK_FIELDS)
+    if unknown:
+        raise ValueError(f"make_row: unknown GPU-state fields {sorted(unknown)} (known: {CLOCK_FIELDS})")
     return {"chapter": chapter, "kernel": kernel, "size": str(size), "dtype": dtype,
             "median_ms": timing.median_ms, "q1_ms": timing.q1_ms, "q3_ms": timing.q3_ms, "reps": timing.reps,
             "value": timing.value(unit), "unit": unit, "bytes": timing.bytes, "flops": timing.flops, **env,
-            "timer": timing.timer}
+            "timer": timing.timer, **{f: gpu.get(f) for f in CLOCK_FIELDS}}
 
 
 def _sample_key(row: dict) -> str:
@@ -159,11 +168,38 @@ def compact(df):
     return out.reset_index(drop=True)
 
 
+def clock_note(df) -> str:
+    """The SM clock, power and temperature the rows ran at, and any clock limit the driver reported, in
+    words ('' if no row has them: recorded before the columns existed, or NVML unreadable)."""
+    clocked = df.dropna(subset=["sm_mhz"])
+    if not len(clocked):
+        return ""
+
+    def span(column):
+        lo, hi = clocked[column].min(), clocked[column].max()
+        return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+    parts = [f"{label}{span(column)} {unit}" for label, column, unit in
+             [("SM clock ", "sm_mhz", "MHz"), ("memory ", "mem_mhz", "MHz"), ("", "power_w", "W"),
+              ("", "temp_c", "°C")] if clocked[column].notna().any()]
+    limits = sorted({r for v in clocked["throttle"].dropna() for r in str(v).split("+")} - {"none"})
+    note = ", ".join(parts) + " while timed"
+    if limits:
+        note += f"; clocks limited by {', '.join(limits)} in some rows"
+    elif clocked["throttle"].notna().any():
+        note += "; no clock limit reported"
+    if len(clocked) < len(df):
+        note += f" ({len(df) - len(clocked)} of {len(df)} rows without clocks)"
+    return note
+
+
 def caption(recorded) -> str:
     """Where and how a chapter's recorded rows (`load(chapter)`) were timed, in lines that fit the page."""
     import textwrap
 
-    return textwrap.fill(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}", 76)
+    clocks = clock_note(recorded)
+    return textwrap.fill(f"recorded on {_label(recorded)} by `make record`; {timer_note(recorded)}"
+                         + (f"; {clocks}" if clocks else ""), 76)
 
 
 def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, ax=None,
