@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32
 
+import lib
+from kernels.hardware import data_address, load_float4, store_float4
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.check import k_scaled_rtol
+from lib.dynamic_shared import allow_dynamic_shared
 from lib.exercises import Tolerance
 from lib.quiet_launches import quiet, quiet_kernels
 from lib.validate import require
@@ -27,11 +30,22 @@ ROW_WARPS = ROW_THREADS // WARP
 WARP_ROWS_PER_BLOCK = 8               # warp-per-row kernel: 8 rows (warps) per 256-thread block
 ON_CHIP_ITEMS = (1, 2, 4, 8, 16, 32, 64)  # values per thread the register kernel is compiled for
 ON_CHIP_MAX_COLS = ROW_THREADS * ON_CHIP_ITEMS[-1]  # 16384: longer rows do not fit in registers
+VECTOR = 4                            # floats per 16-byte load
+VECTOR_WARPS = 8                      # warps per block of the short-row kernel
+VECTOR_ROWS_PER_WARP = 2              # rows each warp of it owns (chosen by measurement on the H200)
+VECTOR_QUADS = (1, 2, 4, 8)           # float4s per lane per row the short-row kernel is compiled for
+VECTOR_MAX_COLS = WARP * VECTOR * VECTOR_QUADS[-1]  # 1024: longer rows go to softmax_on_chip
+SHARED_THREADS = 512                  # threads of the registers + shared memory kernel (16 warps)
+SHARED_WARPS = SHARED_THREADS // WARP
+SHARED_REG_ITEMS = 64                 # values per thread it keeps in registers (at most 128 registers at 512)
+SHARED_ITEMS = (0, 32, 64, 96)        # values per thread it can keep in shared memory: 0 to 192 KB a block
+SHARED_MAX_COLS = SHARED_THREADS * (SHARED_REG_ITEMS + SHARED_ITEMS[-1])  # 81920
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
 ONE = float32(1.0)
 
 assert ROW_THREADS % WARP == 0 and ROW_WARPS <= WARP, "a block is whole warps, at most 32 of them"
+assert SHARED_THREADS % WARP == 0 and SHARED_WARPS <= WARP, "a block is whole warps, at most 32 of them"
 
 
 # --- the merge operator and its reductions ----------------------------------------------------------
@@ -278,6 +292,192 @@ def on_chip_kernel(cols: int, fastmath: bool = False):
     return _ON_CHIP_KERNELS[key]
 
 
+# --- rung 5: short rows, several per warp, 16-byte loads ----------------------------------------------
+def make_softmax_warp_vector_kernel(quads: int, rows_per_warp: int = VECTOR_ROWS_PER_WARP):
+    """A kernel for rows of at most WARP·VECTOR·quads floats (a multiple of 4), `rows_per_warp` rows per
+    warp, each row held in its warp's registers."""
+    row_items = quads * VECTOR                 # values per lane per row
+    held_items = rows_per_warp * row_items     # a literal for the local array's size
+
+    @cuda.jit
+    def softmax_warp_vector_kernel(x, out, cols):
+        """Single-read softmax of short rows: each lane loads `quads` float4s of each of its warp's
+        `rows_per_warp` rows — every load of every row issued before the first is used — then per row a
+        max butterfly and a sum butterfly of five shuffles each (the rows' shuffles interleaved, so they
+        overlap), and 16-byte stores. No shared memory, no barrier.
+
+        Memory: reads 4 and writes 4 bytes per element, the floor. A warp's load reads 512 contiguous
+        bytes (LDG.E.128: a quarter of the load instructions of 4-byte loads), and each lane has
+        rows_per_warp·quads 16-byte loads in flight. x and out are the matrices flattened (1-D views),
+        starting on 16-byte boundaries, cols a multiple of 4, so every row starts on one too.
+        Launch: VECTOR_WARPS warps per block, grid = ceil(rows / (VECTOR_WARPS·rows_per_warp)); a warp
+        past the last row exits as a whole, and a warp's rows past the end re-read the last row (no
+        branch around the loads) and store nothing.
+        """
+        lane = cuda.threadIdx.x % WARP
+        first = (cuda.blockIdx.x * VECTOR_WARPS + cuda.threadIdx.x // WARP) * rows_per_warp
+        row_quads = cols // VECTOR
+        rows = x.size // cols
+        if first >= rows:
+            return
+        vals = cuda.local.array(held_items, float32)
+        m = cuda.local.array(rows_per_warp, float32)
+        l = cuda.local.array(rows_per_warp, float32)
+        for r in range(rows_per_warp):
+            base = min(first + r, rows - 1) * row_quads
+            for j in range(quads):
+                q = lane + j * WARP
+                v0, v1, v2, v3 = load_float4(x, base + min(q, row_quads - 1))
+                k = VECTOR * (r * quads + j)
+                inside = q < row_quads
+                vals[k] = v0 if inside else NEG_INF
+                vals[k + 1] = v1 if inside else NEG_INF
+                vals[k + 2] = v2 if inside else NEG_INF
+                vals[k + 3] = v3 if inside else NEG_INF
+        for r in range(rows_per_warp):
+            m[r] = NEG_INF
+            for k in range(row_items):
+                m[r] = max(m[r], vals[r * row_items + k])
+        for step in range(5):  # log2(WARP) rounds; every lane ends with the row's maximum
+            for r in range(rows_per_warp):
+                m[r] = max(m[r], cuda.shfl_xor_sync(FULL_MASK, m[r], (WARP // 2) >> step))
+        for r in range(rows_per_warp):
+            shift = m[r] if m[r] != NEG_INF else ZERO
+            l[r] = ZERO
+            for k in range(row_items):
+                e = math.exp(vals[r * row_items + k] - shift)
+                vals[r * row_items + k] = e
+                l[r] += e
+        for step in range(5):
+            for r in range(rows_per_warp):
+                l[r] += cuda.shfl_xor_sync(FULL_MASK, l[r], (WARP // 2) >> step)
+        for r in range(rows_per_warp):
+            if first + r < rows:
+                scale = ONE / l[r] if l[r] > ZERO else ZERO
+                for j in range(quads):
+                    q = lane + j * WARP
+                    k = VECTOR * (r * quads + j)
+                    if q < row_quads:
+                        store_float4(out, (first + r) * row_quads + q, vals[k] * scale, vals[k + 1] * scale,
+                                     vals[k + 2] * scale, vals[k + 3] * scale)
+
+    return quiet(softmax_warp_vector_kernel)
+
+
+_VECTOR_KERNELS: dict = {}
+
+
+def warp_vector_kernel(cols: int, rows_per_warp: int = VECTOR_ROWS_PER_WARP):
+    """The short-row kernel compiled for the fewest float4s per lane that hold `cols` floats."""
+    quads = next(k for k in VECTOR_QUADS if WARP * VECTOR * k >= cols)
+    key = (quads, rows_per_warp)
+    if key not in _VECTOR_KERNELS:
+        _VECTOR_KERNELS[key] = make_softmax_warp_vector_kernel(quads, rows_per_warp)
+    return _VECTOR_KERNELS[key]
+
+
+# --- rung 6: long rows on chip, registers and shared memory -------------------------------------------
+def make_softmax_on_chip_shared_kernel(reg_items: int, shared_items: int, threads: int = SHARED_THREADS):
+    """A kernel for rows of at most threads·(reg_items + shared_items) floats: each thread keeps
+    reg_items values in registers and shared_items in shared memory."""
+    warps = threads // WARP
+    batch = max(d for d in range(1, reg_items + 1) if shared_items % d == 0)  # loads staged per round
+    assert threads % WARP == 0 and warps <= WARP, "a block is whole warps, at most 32 of them"
+
+    @cuda.jit(device=True)
+    def merge_warps(m, l, warp_m, warp_l):
+        """block_merge for a block of `warps` warps."""
+        m, l = warp_merge(m, l)
+        if cuda.threadIdx.x % WARP == 0:
+            warp_m[cuda.threadIdx.x // WARP] = m
+            warp_l[cuda.threadIdx.x // WARP] = l
+        cuda.syncthreads()
+        m, l = warp_m[0], warp_l[0]
+        for w in range(1, warps):
+            m, l = merge(m, l, warp_m[w], warp_l[w])
+        return m, l
+
+    bounds = {} if lib.SIMULATOR else {"launch_bounds": threads}  # ptxas: registers for `threads` threads
+
+    @cuda.jit(**bounds)
+    def softmax_on_chip_shared_kernel(x, out):
+        """Single-read softmax of rows too long for a block's registers alone: each thread holds
+        shared_items values of the row in shared memory (its own slots: column tid + j·threads lives at
+        held[j·threads + tid], so a warp touches 32 consecutive words, no conflicts, and no thread reads
+        another's slot — no barrier needed for them) and reg_items in registers, then proceeds as the
+        register kernel: thread state, one block merge, every value times exp(m - m_row) / l_row.
+
+        Memory: reads 4 and writes 4 bytes per element, the floor, even for 65536-float rows (256 KB: half
+        in the 128 KB register file share of 512 threads, half in 128 KB of shared memory). The shared part
+        is loaded first, up to reg_items loads at a time staged through the register array (so all of a batch
+        is in flight before the first shared store), then the register part: reg_items loads in flight per
+        thread. Shared memory: threads·shared_items·4 bytes, dynamic (over 48 KB: the launcher opts in).
+        Launch: one block of `threads` threads per row, grid = rows, dynamic shared memory as above;
+        cols ≤ threads·(reg_items + shared_items).
+        """
+        row = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        cols = x.shape[1]
+        held = cuda.shared.array(0, float32)
+        warp_m = cuda.shared.array(warps, float32)
+        warp_l = cuda.shared.array(warps, float32)
+        vals = cuda.local.array(reg_items, float32)
+        m = NEG_INF
+        for b in range(shared_items // batch):
+            for k in range(batch):
+                c = tid + (b * batch + k) * threads
+                v = x[row, min(c, cols - 1)]
+                vals[k] = v if c < cols else NEG_INF
+            for k in range(batch):
+                held[(b * batch + k) * threads + tid] = vals[k]
+                m = max(m, vals[k])
+        for j in range(reg_items):
+            c = tid + (shared_items + j) * threads
+            v = x[row, min(c, cols - 1)]
+            vals[j] = v if c < cols else NEG_INF
+        for j in range(reg_items):
+            m = max(m, vals[j])
+        shift = m if m != NEG_INF else ZERO
+        l = ZERO
+        for j in range(shared_items):
+            e = math.exp(held[j * threads + tid] - shift)
+            held[j * threads + tid] = e
+            l += e
+        for j in range(reg_items):
+            vals[j] = math.exp(vals[j] - shift)
+            l += vals[j]
+        m_row, l_row = merge_warps(m, l, warp_m, warp_l)
+        scale = math.exp(m - m_row) / l_row if l_row > ZERO else ZERO
+        for j in range(shared_items):
+            c = tid + j * threads
+            if c < cols:
+                out[row, c] = held[j * threads + tid] * scale
+        for j in range(reg_items):
+            c = tid + (shared_items + j) * threads
+            if c < cols:
+                out[row, c] = vals[j] * scale
+
+    return quiet(softmax_on_chip_shared_kernel)
+
+
+_SHARED_KERNELS: dict = {}
+
+
+def on_chip_shared_kernel(cols: int, threads: int = SHARED_THREADS, reg_items: int = SHARED_REG_ITEMS):
+    """(kernel, dynamic shared bytes) for `cols`: registers first (the fewest of ON_CHIP_ITEMS up to
+    reg_items that hold the row), then the fewest of SHARED_ITEMS that hold the rest."""
+    regs = [k for k in ON_CHIP_ITEMS if k <= reg_items]
+    fits = [(k, 0) for k in regs] + [(reg_items, s) for s in SHARED_ITEMS if s]
+    items, shared = next(((k, s) for k, s in fits if threads * (k + s) >= cols), (None, None))
+    if items is None:
+        raise ValueError(f"softmax_on_chip_shared: a row of {cols} floats does not fit "
+                         f"{threads} x ({reg_items} + {SHARED_ITEMS[-1]})")
+    key = (items, shared, threads)
+    if key not in _SHARED_KERNELS:
+        _SHARED_KERNELS[key] = make_softmax_on_chip_shared_kernel(items, shared, threads)
+    return _SHARED_KERNELS[key], 4 * threads * shared
+
+
 # --- host launchers -----------------------------------------------------------------------------------
 def _checked(x, out, where):
     require(x, "x", ndim=2, where=where)
@@ -336,6 +536,36 @@ def softmax_on_chip(x, out, fastmath: bool = False):
 def softmax_on_chip_fastmath(x, out):
     """softmax_on_chip compiled with fastmath (__expf)."""
     softmax_on_chip(x, out, fastmath=True)
+
+
+def softmax_warp_vector(x, out, rows_per_warp: int = VECTOR_ROWS_PER_WARP):
+    """Short rows (up to VECTOR_MAX_COLS floats, a multiple of 4, 16-byte aligned matrices): the warp-vector
+    kernel; other rows go to softmax_on_chip — the ladder's table says which ran."""
+    rows, cols = _checked(x, out, "softmax_warp_vector")
+    if not (rows and cols):
+        return
+    if cols > VECTOR_MAX_COLS or cols % VECTOR or data_address(x) % 16 or data_address(out) % 16:
+        softmax_on_chip(x, out)
+        return
+    per_block = VECTOR_WARPS * rows_per_warp
+    kernel = warp_vector_kernel(cols, rows_per_warp)
+    kernel[(rows + per_block - 1) // per_block, VECTOR_WARPS * WARP](x.reshape(rows * cols),
+                                                                     out.reshape(rows * cols), cols)
+
+
+def softmax_on_chip_shared(x, out, threads: int = SHARED_THREADS, reg_items: int = SHARED_REG_ITEMS):
+    """Single-read softmax for rows up to SHARED_MAX_COLS: a block of SHARED_THREADS per row holds the row
+    in registers, and in shared memory what the registers cannot; longer rows go to softmax_online."""
+    rows, cols = _checked(x, out, "softmax_on_chip_shared")
+    if not (rows and cols):
+        return
+    if cols > threads * (reg_items + SHARED_ITEMS[-1]):
+        softmax_online_kernel[rows, ROW_THREADS](x, out)
+        return
+    kernel, shared_bytes = on_chip_shared_kernel(cols, threads, reg_items)
+    if shared_bytes:
+        allow_dynamic_shared(kernel, (x, out), shared_bytes)
+    kernel[rows, threads, 0, shared_bytes](x, out)
 
 
 # --- reference, inputs, ladder ------------------------------------------------------------------------
@@ -404,7 +634,12 @@ LADDERS = [
                Rung("softmax_on_chip_kernel", softmax_on_chip,
                     f"block per row, row in registers, 1 read (rows > {ON_CHIP_MAX_COLS}: online, 2 reads)"),
                Rung("softmax_on_chip_fastmath_kernel", softmax_on_chip_fastmath,
-                    "softmax_on_chip_kernel with __expf")],
+                    "softmax_on_chip_kernel with __expf"),
+               Rung("softmax_warp_vector_kernel", softmax_warp_vector,
+                    f"{VECTOR_ROWS_PER_WARP} rows per warp in registers, 16-byte loads, 1 read "
+                    f"(rows > {VECTOR_MAX_COLS}: on_chip)"),
+               Rung("softmax_on_chip_shared_kernel", softmax_on_chip_shared,
+                    f"{SHARED_THREADS} threads per row, registers + shared memory, 1 read")],
         baselines=[Baseline("torch.softmax", _torch_softmax, "torch.softmax(x, 1, out=out)")],
         tolerance=softmax_tolerance,
     ),
