@@ -22,7 +22,7 @@ from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance, spike_late_qkv
 from lib.quiet_launches import quiet, quiet_kernels
 from lib.validate import require
-from kernels.hardware import load_float4 as load_float4_1d
+from kernels.hardware import load_float4 as load_float4_1d, store_float4
 from kernels.matmul import SMEM_ALIGN, load_float4
 from kernels.softmax import NEG_INF, ZERO, softmax_on_chip, softmax_warp_per_row
 
@@ -572,6 +572,251 @@ def flash_attention_wide_causal(q, k, v, out):
 
 
 # ------------------------------------------------------------------------------------------------
+# Path 2, register-blocked: the wide tile again, written so that every per-thread array is registers
+# ------------------------------------------------------------------------------------------------
+REGS_THREADS, REGS_LANES = 128, 8       # 16 row groups of 8 lanes; a warp holds 4 row groups
+REGS_CONFIGS = {                        # head dim -> a thread's query rows (TM) and keys per tile (TN)
+    64: dict(TM=8, TN=8),               # 128 queries x 64 keys per block; o: 8 rows x 8 dims per thread
+    128: dict(TM=4, TN=4),              # 64 queries x 32 keys per block; o: 4 rows x 16 dims per thread
+}
+LOG2E = 1.4426950408889634
+
+
+def regs_shape(head_dim: int, TM: int, TN: int) -> dict:
+    """Derived sizes of the register-blocked kernel for one head dimension (checked invariants).
+
+    A thread's rows are 4g .. 4g+3, 4g+64 .. (g its row group), its keys and its output dimensions
+    4·lane .. 4·lane+3, 4·lane+32 ..: every group of four is one 16-byte shared load."""
+    groups = REGS_THREADS // REGS_LANES
+    br, bc = groups * TM, REGS_LANES * TN
+    rw, kw = br + PAD, bc + PAD                        # padded shared rows (floats) of q_t / p_t and k_t
+    cfg = dict(D=head_dim, TM=TM, TN=TN, BR=br, BC=bc, GROUPS=groups, DIMS=head_dim // REGS_LANES,
+               RW=rw, KW=kw, Q_T=0, K_T=head_dim * rw)
+    cfg["V_S"] = cfg["K_T"] + head_dim * kw
+    cfg["P_T"] = cfg["V_S"] + bc * head_dim
+    cfg["smem_bytes"] = 4 * (cfg["P_T"] + bc * rw)
+    cfg["Q_LOADS"] = br * head_dim // (4 * REGS_THREADS)   # float4 loads per thread: q tile, k (and v) tile
+    cfg["KV_LOADS"] = bc * head_dim // (4 * REGS_THREADS)
+    assert TM % 4 == 0 and TN % 4 == 0 and head_dim % (4 * REGS_LANES) == 0, cfg
+    assert cfg["Q_LOADS"] * 4 * REGS_THREADS == br * head_dim and cfg["Q_LOADS"] % 4 == 0, cfg
+    assert cfg["KV_LOADS"] * 4 * REGS_THREADS == bc * head_dim, cfg
+    return cfg
+
+
+_REGS_KERNELS: dict = {}
+
+
+def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = False, TM=None, TN=None):
+    """Build (once per configuration) the register-blocked fused kernel: flash_wide_kernel's algorithm with
+    each per-thread loop short and over compile-time ranges, so that LLVM unrolls every one of them and
+    each local array becomes registers; heavy_first (causal) launches the longest query blocks first."""
+    TM = REGS_CONFIGS[head_dim]["TM"] if TM is None else TM
+    TN = REGS_CONFIGS[head_dim]["TN"] if TN is None else TN
+    key = (head_dim, causal, heavy_first, TM, TN)
+    if key in _REGS_KERNELS:
+        return _REGS_KERNELS[key]
+    cfg = regs_shape(head_dim, TM, TN)
+    D, BR, BC, DIMS, GROUPS = cfg["D"], cfg["BR"], cfg["BC"], cfg["DIMS"], cfg["GROUPS"]
+    RW, KW, Q_T, K_T, V_S, P_T = (cfg[x] for x in ("RW", "KW", "Q_T", "K_T", "V_S", "P_T"))
+    Q_LOADS, KV_LOADS = cfg["Q_LOADS"], cfg["KV_LOADS"]
+    THREADS, LANES = REGS_THREADS, REGS_LANES
+    ROW_STEP = 4 * GROUPS                      # rows 4g..4g+3 of each quarter of the tile
+    RW4, KW4 = RW // 4, KW // 4                # shared offsets in float4 units (all multiples of 4)
+    Q_T4, K_T4, V_S4, P_T4 = Q_T // 4, K_T // 4, V_S // 4, P_T // 4
+    D4 = D // 4                                # float4 per row of q, k, v
+    QBATCH = 4                                 # q loads in flight before their shared stores
+    QK_UNROLL = min(4, 128 // (TM * TN))       # steps per loop trip: 64-128 FMAs between two branches (LLVM
+                                               # leaves longer unrolls half done)
+    PV_UNROLL = min(4, 128 // (TM * DIMS))
+    assert D % QK_UNROLL == 0 and BC % PV_UNROLL == 0
+    SCALE = float32(LOG2E / math.sqrt(head_dim))   # scores in base 2: exp(x) = exp2(x·log2 e)
+    CAUSAL, HEAVY_FIRST = causal, heavy_first
+
+    @cuda.jit
+    def flash_regs_kernel(q, k, v, out):
+        """out = softmax(q k.T / sqrt(D)) v on 2-D views (heads·m, D) and (heads·n, D); one head per
+        grid column, BR query rows per block, key tiles of BC, the online softmax of
+        flash_attention_kernel in base 2 (q is pre-scaled by log2(e)/sqrt(D), so exp is one exp2).
+
+        Thread t is lane t % 8 of row group g = t // 8 and holds TM × TN scores and TM × DIMS outputs,
+        every one at an index known at compile time: each per-row step of the softmax (mask, maximum,
+        shuffles, rescale, exponentials, the p store) is its own short loop over constant ranges, so all
+        of them unroll and s, o, m, l stay in registers (the wide kernel's one long per-row loop did not
+        unroll, and its arrays went to local memory). The mask is applied only in tiles that cross the
+        diagonal (causal) or the end of the keys.
+        Memory: q once, out once, k and v once per query block (causal: the tiles at or left of the
+        diagonal); all of a thread's float4 loads of a k/v tile are issued before the first shared
+        store. Shared: the query and probability reads broadcast within a row group, key and value
+        reads are 8 lanes x 16 contiguous bytes; the transposed stores of q and k have bank conflicts,
+        once per tile. One dynamic buffer of smem_bytes (opt-in above 48 KB).
+        Launch: THREADS threads, grid (heads, ceil(m / BR)), smem_bytes of dynamic shared memory. The
+        query block is blockIdx.y (heavy_first: counted from the last, so that with the causal mask
+        the blocks with the most key tiles start first). Any m and n >= 1 (causal: m == n).
+        """
+        smem = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
+        s = cuda.local.array((TM, TN), float32)
+        o = cuda.local.array((TM, DIMS), float32)
+        m_run = cuda.local.array(TM, float32)
+        l_run = cuda.local.array(TM, float32)
+        row_max = cuda.local.array(TM, float32)
+        a_frag = cuda.local.array(TM, float32)
+        k_frag = cuda.local.array(TN, float32)
+        v_frag = cuda.local.array(DIMS, float32)
+        held_k = cuda.local.array((KV_LOADS, 4), float32)
+        held_v = cuda.local.array((KV_LOADS, 4), float32)
+        t = cuda.threadIdx.x
+        lane, g = t % LANES, t // LANES
+        z = cuda.blockIdx.x
+        heads = cuda.gridDim.x
+        block = cuda.gridDim.y - 1 - cuda.blockIdx.y if HEAVY_FIRST else cuda.blockIdx.y
+        m, n = q.shape[0] // heads, k.shape[0] // heads
+        i0 = block * BR
+        qz, kz = z * m, z * n                                # first row of this head in the 2-D views
+        q4, k4 = Q_T4 + g, K_T4 + lane                       # this thread's shared offsets, in float4
+        pv4, v4 = P_T4 + g, V_S4 + lane                      # (reads of p_t and v_s)
+        p4 = P_T4 + lane * RW + g                            # (its p_t stores: row 4·lane of p_t)
+        for base in range(0, Q_LOADS, QBATCH):               # q tile: scaled, transposed into q_t
+            for e in range(QBATCH):
+                f = t + (base + e) * THREADS
+                r, c4 = f // D4, f % D4
+                if i0 + r < m:
+                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4(q, qz + i0 + r, 4 * c4)
+                else:
+                    for w in range(4):
+                        held_k[e, w] = ZERO
+            for e in range(QBATCH):
+                f = t + (base + e) * THREADS
+                r, c4 = f // D4, f % D4
+                for w in range(4):
+                    smem[Q_T + (4 * c4 + w) * RW + r] = held_k[e, w] * SCALE
+        for r in range(TM):
+            m_run[r] = NEG_INF
+            l_run[r] = ZERO
+            for y in range(DIMS):
+                o[r, y] = ZERO
+        tiles = (n + BC - 1) // BC
+        if CAUSAL:
+            tiles = min(tiles, (i0 + BR + BC - 1) // BC)   # tiles right of the diagonal are all masked
+        for tile in range(tiles):
+            j0 = tile * BC
+            for e in range(KV_LOADS):                        # every float4 of the k and v tiles in flight
+                f = t + e * THREADS
+                j, c4 = f // D4, f % D4
+                if j0 + j < n:
+                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4(k, kz + j0 + j, 4 * c4)
+                    held_v[e, 0], held_v[e, 1], held_v[e, 2], held_v[e, 3] = load_float4(v, kz + j0 + j, 4 * c4)
+                else:
+                    for w in range(4):
+                        held_k[e, w] = ZERO
+                        held_v[e, w] = ZERO
+            for e in range(KV_LOADS):                        # then k transposed, v as it is
+                f = t + e * THREADS
+                j, c4 = f // D4, f % D4
+                for w in range(4):
+                    smem[K_T + (4 * c4 + w) * KW + j] = held_k[e, w]
+                store_float4(smem, V_S4 + j * D4 + c4, held_v[e, 0], held_v[e, 1], held_v[e, 2], held_v[e, 3])
+            cuda.syncthreads()
+            for r in range(TM):
+                for x in range(TN):
+                    s[r, x] = ZERO
+            for c0 in range(0, D, QK_UNROLL):                # scores: TM x TN outer products over D
+                for cu in range(QK_UNROLL):
+                    c = c0 + cu
+                    for rr in range(TM // 4):
+                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4_1d(
+                            smem, q4 + c * RW4 + GROUPS * rr)
+                    for xx in range(TN // 4):
+                        k_frag[4 * xx], k_frag[4 * xx + 1], k_frag[4 * xx + 2], k_frag[4 * xx + 3] = load_float4_1d(
+                            smem, k4 + c * KW4 + LANES * xx)
+                    for r in range(TM):
+                        for x in range(TN):
+                            s[r, x] += a_frag[r] * k_frag[x]
+            if j0 + BC > n or (CAUSAL and j0 + BC - 1 > i0):  # only tiles that cross an edge are masked
+                keys_left = n - j0 - 4 * lane                # key x is j0 + 4·lane + (a constant), row r is
+                diagonal = i0 + 4 * g - j0 - 4 * lane        # i0 + 4g + (a constant): one compare each
+                for r in range(TM):
+                    for x in range(TN):
+                        key_x, row_r = 4 * LANES * (x // 4) + x % 4, ROW_STEP * (r // 4) + r % 4
+                        if key_x >= keys_left or (CAUSAL and key_x - row_r > diagonal):
+                            s[r, x] = NEG_INF
+            for r in range(TM):                              # this lane's maximum of each row
+                row_max[r] = s[r, 0]
+                for x in range(1, TN):
+                    row_max[r] = max(row_max[r], s[r, x])
+            for r in range(TM):                              # the row group's (8 lanes of one warp)
+                row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 4))
+                row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 2))
+                row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 1))
+            for r in range(TM):                              # rescale: a factor of 1 when the max stayed
+                m_new = max(m_run[r], row_max[r])            # finite: key 0 is in tile 0, never masked
+                row_max[r] = math.exp2(m_run[r] - m_new)     # now the rescale factor (0 in tile 0)
+                m_run[r] = m_new
+                l_run[r] *= row_max[r]
+            for r in range(TM):
+                for y in range(DIMS):
+                    o[r, y] *= row_max[r]
+            for r in range(TM):                              # probabilities, in place of the scores
+                for x in range(TN):
+                    s[r, x] = math.exp2(s[r, x] - m_run[r])
+                    l_run[r] += s[r, x]
+            for rr in range(TM // 4):                        # p_t[key, row]: 4 rows in one 16-byte store
+                for x in range(TN):
+                    store_float4(smem, p4 + (4 * LANES * (x // 4) + x % 4) * RW4 + GROUPS * rr,
+                                 s[4 * rr, x], s[4 * rr + 1, x], s[4 * rr + 2, x], s[4 * rr + 3, x])
+            cuda.syncthreads()
+            for jj in range(0, BC, PV_UNROLL):               # o += p @ v: TM x DIMS outer products
+                for ju in range(PV_UNROLL):
+                    j = jj + ju
+                    for rr in range(TM // 4):
+                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4_1d(
+                            smem, pv4 + j * RW4 + GROUPS * rr)
+                    for yy in range(DIMS // 4):
+                        v_frag[4 * yy], v_frag[4 * yy + 1], v_frag[4 * yy + 2], v_frag[4 * yy + 3] = load_float4_1d(
+                            smem, v4 + j * D4 + LANES * yy)
+                    for r in range(TM):
+                        for y in range(DIMS):
+                            o[r, y] += a_frag[r] * v_frag[y]
+            cuda.syncthreads()                               # k_t, v_s, p_t are free for the next tile
+        for r in range(TM):                                  # the row group's sum, then o / l
+            l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 4)
+            l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 2)
+            l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 1)
+        for r in range(TM):
+            row = i0 + 4 * g + ROW_STEP * (r // 4) + r % 4
+            if row < m:
+                inv = float32(1.0) / l_run[r]
+                for y in range(DIMS):
+                    out[qz + row, 4 * lane + 4 * LANES * (y // 4) + y % 4] = o[r, y] * inv
+
+    _REGS_KERNELS[key] = (quiet(flash_regs_kernel), cfg)
+    return _REGS_KERNELS[key]
+
+
+def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool = False, TM=None, TN=None):
+    """Path 2, register-blocked (d = 64 or 128): flash_regs_kernel on 2-D views of q, k, v and out."""
+    where = "flash_attention_regs_causal" if causal else "flash_attention_regs"
+    heads, m, n, d = _check_qkv(q, k, v, out, where, tuple(REGS_CONFIGS))
+    if causal and m != n:
+        raise ValueError(f"{where}: the causal mask here needs as many queries as keys (m = {m}, n = {n})")
+    if heads == 0 or m == 0:
+        return
+    kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, TM, TN)
+    args = (q.reshape(heads * m, d), k.reshape(heads * n, d), v.reshape(heads * n, d), out.reshape(heads * m, d))
+    _allow_dynamic_shared(kernel, args, cfg["smem_bytes"])
+    kernel[(heads, _cdiv(m, cfg["BR"])), REGS_THREADS, 0, cfg["smem_bytes"]](*args)
+
+
+def flash_attention_regs_causal(q, k, v, out):
+    """The register-blocked kernel with the causal mask, query blocks in launch order."""
+    flash_attention_regs(q, k, v, out, causal=True)
+
+
+def flash_attention_balanced_causal(q, k, v, out):
+    """The register-blocked causal kernel with the query blocks launched heaviest first."""
+    flash_attention_regs(q, k, v, out, causal=True, heavy_first=True)
+
+
+# ------------------------------------------------------------------------------------------------
 # Bytes before time
 # ------------------------------------------------------------------------------------------------
 def qkvo_bytes(heads: int, n: int, d: int, m: int | None = None) -> int:
@@ -716,6 +961,9 @@ PATH1 = Rung("attention_materialised", attention_materialised,
 PATH2 = Rung("flash_attention", flash_attention, "path 2: one fused kernel, online softmax")
 PATH2_WIDE = Rung("flash_attention_wide", flash_attention_wide,
                   "path 2, wide: 8 × 8 scores per thread, 99 KB of dynamic shared memory")
+PATH2_REGS = Rung("flash_attention_regs", flash_attention_regs,
+                  "path 2, register-blocked: the wide tile with every per-thread array in registers; "
+                  "d = 128: 4 rows × 4 keys per thread")
 SDPA32 = Baseline("torch.sdpa", torch_sdpa_fp32, "scaled_dot_product_attention, fp32, TF32 off")
 
 
@@ -733,13 +981,17 @@ def _ladder(topic, description, sizes, sim_sizes, rungs, baselines, causal=False
 LADDERS = [
     # Path 1 at every size: its two 16 × 16384² buffers take 32 GiB, which the H200's 141 GB holds.
     _ladder("attention d64", "16 heads, d = 64, n = 1024 ... 16384: path 1, path 2, torch SDPA (fp32)",
-            SIZES_D64, SIM_SIZES, [PATH1, PATH2, PATH2_WIDE], [SDPA32]),
+            SIZES_D64, SIM_SIZES, [PATH1, PATH2, PATH2_WIDE, PATH2_REGS], [SDPA32]),
     _ladder("attention d128", "16 heads, d = 128, n = 4096", [(HEADS, 4096, 128)], [(1, 37, 128)],
-            [PATH1, PATH2], [SDPA32]),
+            [PATH1, PATH2, PATH2_REGS], [SDPA32]),
     _ladder("attention causal", "causal mask, 16 heads, d = 64 (FLOPs counted for the half computed)",
             [(HEADS, 4096, 64), (HEADS, 16384, 64)], [(1, 70, 64)],
             [Rung("flash_attention_causal", flash_attention_causal, "path 2, causal"),
-             Rung("flash_attention_wide_causal", flash_attention_wide_causal, "path 2 wide, causal")],
+             Rung("flash_attention_wide_causal", flash_attention_wide_causal, "path 2 wide, causal"),
+             Rung("flash_attention_regs_causal", flash_attention_regs_causal,
+                  "register-blocked, causal: mask only in tiles that cross the diagonal"),
+             Rung("flash_attention_balanced_causal", flash_attention_balanced_causal,
+                  "register-blocked, causal, the longest query blocks launched first")],
             [Baseline("torch.sdpa.causal", torch_sdpa_fp32_causal, "SDPA fp32, is_causal=True")], causal=True),
     # Context, not a competitor: fp16 inputs on the tensor cores, checked with fp16's looser tolerance.
     _ladder("attention fp16", "torch SDPA with fp16 inputs (tensor cores), for scale", SIZES_D64, [], [],
@@ -771,6 +1023,12 @@ def record_extra(folder) -> list:
               lambda: make_flash_wide_kernel(False), WIDE["THREADS"]),
              ("flash_attention_wide_causal d=64", flash_attention_wide_causal, (2, 150, 64), True,
               lambda: make_flash_wide_kernel(True), WIDE["THREADS"]),
+             ("flash_attention_regs d=64", flash_attention_regs, (2, 150, 64), False,
+              lambda: make_flash_regs_kernel(64, False)[0], REGS_THREADS),
+             ("flash_attention_regs_causal d=64", flash_attention_balanced_causal, (2, 150, 64), True,
+              lambda: make_flash_regs_kernel(64, True, True)[0], REGS_THREADS),
+             ("flash_attention_regs d=128", flash_attention_regs, (2, 70, 128), False,
+              lambda: make_flash_regs_kernel(128, False)[0], REGS_THREADS),
              ("batched_matmul_kernel (scores)", attention_materialised, (2, 70, 64), False,
               lambda: make_batched_matmul_kernel(SCORES_BM, SCORES_BN, True)[0], 256),
              ("batched_matmul_kernel (p @ v)", attention_materialised, (2, 70, 64), False,
@@ -788,10 +1046,67 @@ def record_extra(folder) -> list:
                      "registers_per_thread": int(compiled.regs_per_thread),
                      "local_bytes_per_thread": int(compiled.local_mem_per_thread),
                      "shared_bytes_per_block": int(compiled.shared_mem_per_block),
-                     "dynamic_shared_bytes_per_block": WIDE_SMEM_BYTES if "wide" in name else 0, **env})
+                     "dynamic_shared_bytes_per_block": dynamic_shared_bytes(name), **env})
     path = Path(folder) / f"{CHAPTER}.kernels.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    return [path]
+    return [path, record_path1_steps(folder, env)]
+
+
+def dynamic_shared_bytes(name: str) -> int:
+    """The dynamic shared memory a kernel of record_extra's table is launched with (0: static only)."""
+    if name.startswith("flash_attention_wide"):
+        return WIDE_SMEM_BYTES
+    if name.startswith("flash_attention_regs"):
+        d = int(name.rsplit("d=", 1)[1])
+        return regs_shape(d, **REGS_CONFIGS[d])["smem_bytes"]
+    return 0
+
+
+PATH1_STEP_SIZES = [(HEADS, 4096, 64), (HEADS, 4096, 128)]
+
+
+def path1_steps(q, k, v, out):
+    """Path 1 taken apart: (step, launch, bytes, FLOPs) for each of its three kernels, on device arrays.
+    Bytes are what each kernel must move at least: its inputs read once and its output written once."""
+    heads, m, n, d = _check_qkv(q, k, v, out, "path1_steps")
+    s, p = score_workspace(heads, m, n)
+    scores_bytes = 4 * heads * (m * d + n * d + m * n)     # read q and k, write s
+    softmax_bytes = 8 * heads * m * n                      # read s, write p
+    pv_bytes = 4 * heads * (m * n + n * d + m * d)         # read p and v, write out
+    flops = 2 * heads * m * n * d
+    return [("scores q @ k.T", lambda: scores(q, k, s), scores_bytes, flops),
+            ("row softmax", lambda: PATH1_SOFTMAX(s.reshape(heads * m, n), p.reshape(heads * m, n)),
+             softmax_bytes, 0),
+            ("p @ v", lambda: probabilities_times_values(p, v, out), pv_bytes, flops)]
+
+
+def record_path1_steps(folder, env) -> Path:
+    """Time each of path 1's kernels on its own (after checking the three together at that size) and
+    write attention.path1.csv: step, size, median ms, the bytes and FLOPs it must move and do."""
+    import pandas as pd
+
+    from lib.check import compare
+    from lib.timing import time_cuda
+
+    rows = []
+    for size in PATH1_STEP_SIZES:
+        q, k, v = attention_inputs(size, np.random.default_rng(4))
+        dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+        out = cuda.to_device(np.full(q.shape, np.nan, dtype=np.float32))
+        steps = path1_steps(dq, dk, dv, out)
+        for _, launch, _, _ in steps:
+            launch()
+        expected, scale = attention64(q, k, v)
+        bad = compare(out.copy_to_host(), expected, attention_rtol(size[1], size[2]), 0.0, scale)
+        if bad is not None:
+            raise AssertionError(f"path 1 failed its check at {size}; its steps are not timed: {bad.describe()}")
+        for step, launch, nbytes, flops in steps:
+            timing = time_cuda(launch, bytes=nbytes, flops=flops or None)
+            rows.append({"step": step, "size": "x".join(map(str, size)), "median_ms": timing.median_ms,
+                         "bytes": nbytes, "flops": flops, **env})
+    path = Path(folder) / f"{CHAPTER}.path1.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
