@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32, float64
 
+from kernels.hardware import data_address, load_float4, store_float4
 from kernels.intro import blocks_for
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.quiet_launches import quiet_kernels
@@ -35,6 +36,10 @@ WIDE_PADDED = WIDE + 1
 WIDE_COLS = WIDE // TILE          # columns each thread moves per tile row (2)
 WIDE_ROWS = WIDE // BLOCK_ROWS    # rows each thread moves per column (8)
 WIDE_ITEMS = WIDE_COLS * WIDE_ROWS  # floats each thread moves through the tile (16)
+TILE_THREADS = TILE * BLOCK_ROWS    # threads of a transpose block (256)
+WIDE_QUADS = WIDE // VECTOR         # float4s in a row of a 64 x 64 tile (16)
+QUAD_ROWS = TILE_THREADS // WIDE_QUADS  # tile rows one pass of a block's float4 loads covers (16)
+QUAD_ITEMS = WIDE // QUAD_ROWS      # float4s each thread moves through the tile (4: 16 floats)
 assert TILE % BLOCK_ROWS == 0 and TILE == 32, "the tile is one warp wide and split evenly between thread rows"
 
 
@@ -332,6 +337,63 @@ def transpose_wide_kernel(a, out):
                     out[out_r, out_c] = held[j * WIDE_ROWS + k]
 
 
+@cuda.jit
+def transpose_vector_kernel(a, out, rows, cols):
+    """transpose_wide_kernel's 64 x 64 tile moved through global memory 16 bytes at a time: each thread
+    loads four float4s (four neighbouring floats of a tile row each), and after the barrier gathers four
+    neighbouring floats of a tile column — four consecutive floats of an output row — into each of its
+    four float4 stores.
+
+    Memory: the same bytes and the same 128-byte-aligned rows of `a` and `out` per warp as
+    transpose_wide_kernel (a warp's float4 access covers two 256-byte tile rows), but with a quarter of
+    the global load and store instructions (4 LDG.E.128 + 4 STG.E.128 instead of 16 + 16) and a quarter
+    of their address arithmetic; a thread still has 64 bytes of loads in flight. Shared: the padded tile
+    of transpose_wide_kernel; a warp's scalar store of element i of its float4s hits lanes 4q + i (16
+    lanes of a tile row) and the next row: 2-way bank conflicts on the tile, which has bandwidth to
+    spare. Border tiles (not wholly inside) move float by float with bounds tests, as before.
+    a and out are the matrices flattened (1-D views), starting on 16-byte boundaries; rows and cols are
+    multiples of 4 so every float4 starts on a 16-byte boundary.
+    Launch: 1-D blocks of TILE_THREADS threads, grid (ceil(cols / 64), ceil(rows / 64)).
+    """
+    tile = cuda.shared.array((WIDE, WIDE_PADDED), float32)
+    held = cuda.local.array(WIDE_ITEMS, float32)    # registers: constant trip counts unroll
+    q = cuda.threadIdx.x % WIDE_QUADS               # this thread's float4 within a tile row
+    t_row = cuda.threadIdx.x // WIDE_QUADS          # its first tile row; then + QUAD_ROWS each
+    r0 = cuda.blockIdx.y * WIDE
+    c0 = cuda.blockIdx.x * WIDE
+    inside = r0 + WIDE <= rows and c0 + WIDE <= cols
+    if inside:
+        first = ((r0 + t_row) * cols + c0) // VECTOR + q   # quad index; each next row is cols / 4 further
+        for k in range(QUAD_ITEMS):
+            v0, v1, v2, v3 = load_float4(a, first + k * (QUAD_ROWS * cols // VECTOR))
+            held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = v0, v1, v2, v3
+    else:
+        for k in range(QUAD_ITEMS):
+            r = r0 + t_row + k * QUAD_ROWS
+            for i in range(VECTOR):
+                c = c0 + VECTOR * q + i
+                held[4 * k + i] = a[r * cols + c] if r < rows and c < cols else float32(0)
+    for k in range(QUAD_ITEMS):
+        for i in range(VECTOR):
+            tile[t_row + k * QUAD_ROWS, VECTOR * q + i] = held[4 * k + i]
+    cuda.syncthreads()
+    for k in range(QUAD_ITEMS):                     # output row c0 + t_row + k·QUAD_ROWS = tile column
+        for i in range(VECTOR):
+            held[4 * k + i] = tile[VECTOR * q + i, t_row + k * QUAD_ROWS]
+    if inside:
+        first = ((c0 + t_row) * rows + r0) // VECTOR + q
+        for k in range(QUAD_ITEMS):
+            store_float4(out, first + k * (QUAD_ROWS * rows // VECTOR),
+                         held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3])
+    else:
+        for k in range(QUAD_ITEMS):
+            out_r = c0 + t_row + k * QUAD_ROWS
+            for i in range(VECTOR):
+                out_c = r0 + VECTOR * q + i
+                if out_r < cols and out_c < rows:
+                    out[out_r * rows + out_c] = held[4 * k + i]
+
+
 def _transpose_args(a, out, where):
     require(a, "a", ndim=2, where=where)
     require(out, "out", shape=tuple(a.shape[::-1]), where=where)
@@ -362,6 +424,19 @@ def transpose_wide(a, out):
     rows, cols = _transpose_args(a, out, "transpose_wide")
     if rows and cols:
         transpose_wide_kernel[(blocks_for(cols, WIDE), blocks_for(rows, WIDE)), (TILE, BLOCK_ROWS)](a, out)
+
+
+def transpose_vector(a, out):
+    """out = a.T with transpose_vector_kernel (16-byte accesses); a matrix whose sides are not both
+    multiples of 4, or that does not start on a 16-byte boundary, goes to transpose_wide instead."""
+    rows, cols = _transpose_args(a, out, "transpose_vector")
+    if not (rows and cols):
+        return
+    if rows % VECTOR or cols % VECTOR or data_address(a) % 16 or data_address(out) % 16:
+        transpose_wide(a, out)
+        return
+    transpose_vector_kernel[(blocks_for(cols, WIDE), blocks_for(rows, WIDE)), TILE_THREADS](
+        a.reshape(rows * cols), out.reshape(rows * cols), rows, cols)
 
 
 def transpose_tile_words(kind: str) -> tuple[list[list[int]], list[list[int]]]:
@@ -445,7 +520,9 @@ LADDERS = [
                Rung("transpose_swizzled_kernel", transpose_swizzled, "XOR-swizzled tile"),
                Rung("transpose_batched_kernel", transpose_batched, "padded tile, all loads before any store"),
                Rung("transpose_wide_kernel", transpose_wide, "64 x 64 tile, 16 loads in flight, no bounds "
-                    "tests inside")],
+                    "tests inside"),
+               Rung("transpose_vector_kernel", transpose_vector, "transpose_wide_kernel with 16-byte loads "
+                    "and stores")],
         baselines=[Baseline("torch a.t() copy", _torch_transpose, "out.copy_(a.t())")]),
     copy_ceiling(CHAPTER, [TRANSPOSE]),
 ]

@@ -8,6 +8,7 @@ gives NaN there instead (0/0); zeros are what an attention layer wants from a qu
 nothing, and they are what FlashAttention-style kernels produce. +inf or NaN inputs give NaN.
 """
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -697,47 +698,127 @@ def record_exp_accuracy(folder, env: dict, n: int = 1 << 24) -> Path:
 
 
 def record_kernel_resources(folder, env: dict) -> Path:
-    """Registers, local memory and shared memory of each kernel as compiled for 8192-wide rows (local
-    memory 0: the on-chip kernel's row stayed in registers), after checking each on a 4 × 8192 input."""
+    """Registers, local memory and shared memory (static + dynamic) of each kernel as compiled for the rows
+    it is timed on — 8192 wide, and for the two kernels made for other widths, 512 and 65536 (local memory
+    0: the row stayed in registers) — after checking each on a 4-row input of that width."""
     import pandas as pd
 
-    (xs_small,) = softmax_inputs((4, 8192), np.random.default_rng(1))
-    expected = softmax_reference(xs_small)
-    tol = softmax_tolerance(xs_small, expected)
-    d_small = cuda.to_device(xs_small)
-    d_res = cuda.device_array_like(d_small)
+    shared_kernel, shared_bytes = on_chip_shared_kernel(65536)
     stats = []
-    for name, launch, kernel in [
-            ("softmax_three_pass_kernel", softmax_three_pass_expf, softmax_three_pass_kernel),
-            ("softmax_three_pass_fastmath_kernel", softmax_three_pass_fastmath,
-             softmax_three_pass_fastmath_kernel),
-            ("softmax_online_kernel", softmax_online, softmax_online_kernel),
-            ("softmax_warp_per_row_kernel", softmax_warp_per_row, softmax_warp_per_row_kernel),
-            ("softmax_on_chip_kernel", softmax_on_chip, on_chip_kernel(8192)),
-            ("softmax_on_chip_fastmath_kernel", softmax_on_chip_fastmath, on_chip_kernel(8192, True))]:
+    for name, launch, cols, kernel, threads, dynamic in [
+            ("softmax_three_pass_kernel", softmax_three_pass_expf, 8192, softmax_three_pass_kernel,
+             ROW_THREADS, 0),
+            ("softmax_three_pass_fastmath_kernel", softmax_three_pass_fastmath, 8192,
+             softmax_three_pass_fastmath_kernel, ROW_THREADS, 0),
+            ("softmax_online_kernel", softmax_online, 8192, softmax_online_kernel, ROW_THREADS, 0),
+            ("softmax_warp_per_row_kernel", softmax_warp_per_row, 8192, softmax_warp_per_row_kernel,
+             WARP_ROWS_PER_BLOCK * WARP, 0),
+            ("softmax_on_chip_kernel", softmax_on_chip, 8192, on_chip_kernel(8192), ROW_THREADS, 0),
+            ("softmax_on_chip_fastmath_kernel", softmax_on_chip_fastmath, 8192, on_chip_kernel(8192, True),
+             ROW_THREADS, 0),
+            ("softmax_warp_vector_kernel", softmax_warp_vector, 512, warp_vector_kernel(512),
+             VECTOR_WARPS * WARP, 0),
+            ("softmax_on_chip_shared_kernel", softmax_on_chip_shared, 65536, shared_kernel, SHARED_THREADS,
+             shared_bytes)]:
+        (xs_small,) = softmax_inputs((4, cols), np.random.default_rng(1))
+        expected = softmax_reference(xs_small)
+        tol = softmax_tolerance(xs_small, expected)
+        d_small = cuda.to_device(xs_small)
+        d_res = cuda.device_array_like(d_small)
         launch(d_small, d_res)
         err = np.abs(d_res.copy_to_host() - expected)
         if not np.all(err <= tol.rtol * np.abs(expected) + tol.atol):
-            raise AssertionError(f"{name} is wrong at 4x8192; no statistics recorded")
-        compiled = next(iter(kernel.overloads.values()))  # one signature: C-contiguous 2-D float32
-        stats.append({"kernel": name, "cols": 8192,
-                      "threads_per_block": WARP_ROWS_PER_BLOCK * WARP if "warp" in name else ROW_THREADS,
+            raise AssertionError(f"{name} is wrong at 4x{cols}; no statistics recorded")
+        compiled = next(iter(kernel.overloads.values()))  # one signature per kernel
+        stats.append({"kernel": name, "cols": cols, "threads_per_block": threads,
                       "registers_per_thread": int(compiled.regs_per_thread),
                       "local_bytes_per_thread": int(compiled.local_mem_per_thread),
-                      "shared_bytes_per_block": int(compiled.shared_mem_per_block),
-                      "max_rel_error_4x8192": float(np.max(np.where(expected > 1e-7, err / np.abs(expected), 0))),
+                      "shared_bytes_per_block": int(compiled.shared_mem_per_block) + dynamic,
+                      "max_rel_error": float(np.max(np.where(expected > 1e-7, err / np.abs(expected), 0))),
                       **env})
     path = Path(folder) / f"{CHAPTER}.kernel_resources.csv"
     pd.DataFrame(stats).to_csv(path, index=False, float_format="%.6g")
     return path
 
 
+# --- recorded extra: where the bytes of the two-read and three-read kernels come from -----------------
+NCU_METRICS = ["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",  # 32-byte sectors the loads asked L1 for
+               "lts__t_sectors_srcunit_tex_op_read.sum",          # ... that missed L1 and went to L2
+               "dram__bytes_read.sum",                            # bytes that missed L2 too (HBM)
+               "smsp__inst_executed.sum"]                         # warp instructions issued
+NCU_KERNELS = [("softmax_three_pass_kernel", softmax_three_pass_expf),
+               ("softmax_online_kernel", softmax_online)]
+
+
+def ncu_workload(sizes):
+    """Launch each of NCU_KERNELS once at each size, in that order (run under ncu)."""
+    rng = np.random.default_rng(0)
+    for size in sizes:
+        (x,) = softmax_inputs(size, rng)
+        d_x = cuda.to_device(x)
+        d_out = cuda.device_array_like(d_x)
+        for _, launch in NCU_KERNELS:
+            launch(d_x, d_out)
+        cuda.synchronize()
+        del d_x, d_out
+
+
+def record_ncu(folder, env: dict, sizes=SIZES) -> Path | None:
+    """Nsight Compute's counts for the three-pass and the online kernel at each size, per element: global
+    load sectors asked of L1, of them the ones sent on to L2, bytes read from HBM, and instructions. Writes
+    softmax.ncu.csv, or returns None (and says why) where ncu is missing or fails."""
+    import csv
+    import shutil
+    import subprocess
+
+    from kernels.memory import parse_ncu_csv
+
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("softmax: ncu not found, counters not recorded")
+        return None
+    labels = ["x".join(map(str, s)) for s in sizes]
+    cmd = [ncu, "--clock-control", "none", "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m",
+           "kernels.softmax", "--ncu-workload", *labels]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+                          timeout=300)
+    measured = parse_ncu_csv(proc.stdout)
+    expected = [(label, size, name) for label, size in zip(labels, sizes) for name, _ in NCU_KERNELS]
+    if proc.returncode != 0 or len(measured) != len(expected):
+        print(f"softmax: ncu run failed (exit {proc.returncode}, {len(measured)} of {len(expected)} launches "
+              f"profiled): counters not recorded\n{proc.stderr[-2000:]}\n{proc.stdout[-2000:]}")
+        return None
+    rows = []
+    for (label, size, name), got in zip(expected, measured):
+        if name.removesuffix("_kernel") not in got["name"]:
+            print(f"softmax: ncu launch {got['name']!r} is not {name}: counters not recorded")
+            return None
+        elements = size[0] * size[1]
+        for metric in NCU_METRICS:
+            value = got["metrics"].get(metric, float("nan"))
+            rows.append({"kernel": name, "size": label, "metric": metric, "value": value,
+                         "per_element": value / elements, **env})
+    path = Path(folder) / f"{CHAPTER}.ncu.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def record_extra(folder) -> list:
-    """On the GPU: the accuracy of expf and __expf, and each kernel's resources (see the two above)."""
+    """On the GPU: the accuracy of expf and __expf, each kernel's resources, and (with ncu) the counters of
+    the three-pass and online kernels (see the three above)."""
     from lib.results import environment
 
     env = environment()
-    return [record_exp_accuracy(folder, env), record_kernel_resources(folder, env)]
+    paths = [record_exp_accuracy(folder, env), record_kernel_resources(folder, env)]
+    ncu_path = record_ncu(folder, env)
+    return paths + ([ncu_path] if ncu_path is not None else [])
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--ncu-workload"]:
+    ncu_workload([tuple(int(n) for n in label.split("x")) for label in sys.argv[2:]])
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy

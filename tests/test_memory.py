@@ -148,8 +148,31 @@ def test_wide_transpose_interior_and_edge_tiles():
     _transpose_check(mem.transpose_wide, (64, 64))  # exactly one interior tile, no edge
 
 
+def test_vector_transpose_interior_edge_and_fallback():
+    # sides multiples of 4: 2 x 3 tiles of 64, the first interior (float4 path), the others cut by an edge
+    _transpose_check(mem.transpose_vector, (100, 132))
+    _transpose_check(mem.transpose_vector, (64, 128))  # two interior tiles, no edge
+    _transpose_check(mem.transpose_vector, (4, 4))     # one edge tile smaller than a thread's float4 rows
+    _transpose_check(mem.transpose_vector, (37, 45))   # sides not multiples of 4: transpose_wide instead
+
+
+def test_vector_transpose_sends_a_misaligned_view_to_transpose_wide(monkeypatch):
+    """A view that starts 12 bytes into its allocation cannot be read 16 bytes at a time: the launcher
+    hands it to transpose_wide (the simulator would read it anyway, so the hand-over is what is checked)."""
+    calls = []
+    monkeypatch.setattr(mem, "transpose_wide", lambda a, out: calls.append(a.shape) or out.copy_to_device(
+        np.ascontiguousarray(a.copy_to_host().T)))
+    a = RNG.standard_normal(4 + 64 * 64, dtype=np.float32)
+    d_a = cuda.to_device(a)[3:-1].reshape(64, 64)
+    out = cuda.to_device(np.full((64, 64), np.nan, dtype=np.float32))
+    mem.transpose_vector(d_a, out)
+    assert calls == [(64, 64)]
+    mem.transpose_vector(cuda.to_device(a[:64 * 64].reshape(64, 64)), out)  # aligned: its own kernel
+    assert calls == [(64, 64)]
+
+
 @pytest.mark.parametrize("launch", [mem.transpose_tiled, mem.transpose_swizzled, mem.transpose_batched,
-                                    mem.transpose_wide])
+                                    mem.transpose_wide, mem.transpose_vector])
 def test_transposes_single_row_and_element(launch):
     _transpose_check(launch, (1, 40))
     _transpose_check(launch, (1, 1))

@@ -25,6 +25,8 @@ STABLE = {
     "warp_per_row": sm.softmax_warp_per_row,
     "on_chip": sm.softmax_on_chip,
     "on_chip_fastmath": sm.softmax_on_chip_fastmath,
+    "warp_vector": sm.softmax_warp_vector,
+    "on_chip_shared": sm.softmax_on_chip_shared,
 }
 
 
@@ -79,6 +81,58 @@ def test_on_chip_item_counts(cols):
     assert sm.on_chip_kernel(cols) is sm._ON_CHIP_KERNELS[(2 if cols == 257 else 8, False)]
 
 
+@pytest.mark.parametrize("rows_per_warp", [1, 3])
+def test_warp_vector_rows_per_warp_and_partial_last_block(rows_per_warp):
+    """11 rows: the last warp with work owns rows past the end (it re-reads the last row and stores
+    nothing for them); 200 columns: the second float4 round of some lanes is past the row's end."""
+    x = hard_rows(11, 200, seed=rows_per_warp)
+    got = run(lambda a, b: sm.softmax_warp_vector(a, b, rows_per_warp=rows_per_warp), x)
+    assert_softmax(got, x)
+
+
+@pytest.mark.parametrize("cols, falls_back", [(128, False), (1024, False), (1028, True), (62, True)])
+def test_warp_vector_hands_other_rows_to_on_chip(monkeypatch, cols, falls_back):
+    """Rows longer than VECTOR_MAX_COLS, or not a multiple of 4 (a float4 would straddle two rows), go
+    to softmax_on_chip; the rest get the vector kernel compiled for the fewest float4s per lane."""
+    x = hard_rows(3, cols, seed=cols)
+    calls = []
+    on_chip = sm.softmax_on_chip
+    monkeypatch.setattr(sm, "softmax_on_chip", lambda a, b: calls.append(a.shape) or on_chip(a, b))
+    assert_softmax(run(sm.softmax_warp_vector, x), x)
+    assert calls == ([x.shape] if falls_back else [])
+    if not falls_back:
+        quads = {128: 1, 1024: 8}[cols]
+        assert sm.warp_vector_kernel(cols) is sm._VECTOR_KERNELS[(quads, sm.VECTOR_ROWS_PER_WARP)]
+
+
+@pytest.mark.parametrize("reg_items, shared_items", [(2, 3), (2, 4), (4, 2), (1, 0)])
+def test_on_chip_shared_kernel_small_blocks(reg_items, shared_items):
+    """The registers + shared memory kernel in a 64-thread block: rows that fill every slot, and ragged
+    ones; a batch of shared loads smaller than the register array (2, 3) and one that divides it (4, 2)."""
+    kernel = sm.make_softmax_on_chip_shared_kernel(reg_items, shared_items, threads=64)
+    for cols in (64 * (reg_items + shared_items), 64 * (reg_items + shared_items) - 37):
+        x = hard_rows(3, cols, seed=cols)
+        d_out = cuda.to_device(np.full(x.shape, np.nan, dtype=np.float32))
+        kernel[3, 64, 0, 4 * 64 * shared_items](cuda.to_device(x), d_out)
+        assert_softmax(d_out.copy_to_host(), x)
+
+
+def test_on_chip_shared_picks_registers_first_then_shared_memory():
+    assert sm.on_chip_shared_kernel(300)[1] == 0                      # one value per thread, no shared
+    kernel, nbytes = sm.on_chip_shared_kernel(65536)                  # 512 x (64 + 64): 128 KB shared
+    assert nbytes == 4 * sm.SHARED_THREADS * 64 and sm._SHARED_KERNELS[(64, 64, sm.SHARED_THREADS)] is kernel
+    assert sm.on_chip_shared_kernel(sm.SHARED_MAX_COLS)[1] == 4 * sm.SHARED_THREADS * sm.SHARED_ITEMS[-1]
+    with pytest.raises(ValueError, match="does not fit"):
+        sm.on_chip_shared_kernel(sm.SHARED_MAX_COLS + 1)
+
+
+def test_on_chip_shared_launcher_uses_shared_memory_and_falls_back_beyond_it():
+    x = hard_rows(3, 300, seed=7)  # 64 threads x (2 registers + 32 shared): the shared path via the launcher
+    assert_softmax(run(lambda a, b: sm.softmax_on_chip_shared(a, b, threads=64, reg_items=2), x), x)
+    x = np.random.default_rng(6).normal(0, 3, (1, 64 * (2 + sm.SHARED_ITEMS[-1]) + 1)).astype(np.float32)
+    assert_softmax(run(lambda a, b: sm.softmax_on_chip_shared(a, b, threads=64, reg_items=2), x), x)
+
+
 def test_on_chip_falls_back_beyond_registers():
     x = np.random.default_rng(5).normal(0, 3, (1, sm.ON_CHIP_MAX_COLS + 1)).astype(np.float32)
     assert_softmax(run(sm.softmax_on_chip, x), x)
@@ -103,7 +157,8 @@ def test_naive_is_right_on_small_values_and_nan_on_large():
     assert_softmax(run(sm.softmax_three_pass_expf, x), x)
 
 
-@pytest.mark.parametrize("launch", [sm.softmax_online, sm.softmax_on_chip, sm.softmax_naive])
+@pytest.mark.parametrize("launch", [sm.softmax_online, sm.softmax_on_chip, sm.softmax_naive,
+                                    sm.softmax_warp_vector, sm.softmax_on_chip_shared])
 def test_launcher_errors(launch):
     x = np.zeros((2, 3), dtype=np.float32)
     with pytest.raises(TypeError, match="float32"):
