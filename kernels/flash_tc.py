@@ -422,7 +422,7 @@ def _ladder(topic, kind, d, causal, rungs, baselines, sizes):
                   + (", causal" if causal else ""), make_inputs=make_inputs(kind), out_shape=lambda q, k, v: q.shape,
                   reference=reference(kind, causal), bytes=lambda size: qkvo_bytes(*size),
                   flops=lambda size: attention_flops(*size, causal=causal), unit="TFLOP/s", sizes=sizes,
-                  sim_sizes=[(1, 128, d)] if causal else SIM_SIZES[d], rungs=rungs, baselines=baselines,
+                  sim_sizes=SIM_SIZES[d], rungs=rungs, baselines=baselines,
                   tolerance=tolerance(kind, causal))
 
 
@@ -449,8 +449,16 @@ LADDERS = [
 
 # --- recorded beside the ladders: tile configurations, with what each costs in registers --------------
 SWEEP = [(64, False, 4, 64), (64, False, 4, 32), (64, False, 8, 64), (64, False, 2, 64), (64, True, 4, 64),
-         (64, True, 8, 64), (128, False, 4, 32), (128, False, 8, 16), (128, False, 2, 32)]
+         (128, False, 4, 32), (128, False, 8, 16)]
 SWEEP_CHECK_SIZE = 256          # queries and keys of the check that comes before each timing (2 heads)
+
+
+def sass_counts(sass: str) -> dict:
+    """Instructions in a SASS listing: all of them, and the tensor-core, exp2, ldmatrix and shuffle ones."""
+    lines = [line for line in sass.splitlines() if line.strip().startswith("/*") and ";" in line]
+    count = lambda op: sum(f" {op}" in line for line in lines)  # noqa: E731
+    return {"sass_instructions": len(lines), "hmma_in_sass": count("HMMA"), "ex2_in_sass": count("MUFU.EX2"),
+            "ldsm_in_sass": count("LDSM"), "shfl_in_sass": count("SHFL")}
 
 
 def record_configs(folder, sweep=SWEEP, kind: str = "fp16") -> Path:
@@ -491,7 +499,7 @@ def record_configs(folder, sweep=SWEEP, kind: str = "fp16") -> Path:
         rows.append({"kind": kind, "d": d, "causal": causal, "warps": warps, "BR": ROWS_PER_WARP * warps,
                      "BC": bc, "median_ms": round(timing.median_ms, 5), "tflops": round(timing.tflops, 1),
                      "registers": regs, "local_bytes": int(compiled.local_mem_per_thread), "shared_bytes": smem,
-                     "hmma_in_sass": sum(" HMMA" in line for line in sass.splitlines()),
+                     **sass_counts(sass),
                      "blocks_per_sm": occ["blocks"], "warps_per_sm": occ["warps"],
                      "limited_by": "+".join(occ["limiting"]), **env})
     path = Path(folder) / f"{CHAPTER}.configs.csv"
@@ -499,8 +507,33 @@ def record_configs(folder, sweep=SWEEP, kind: str = "fp16") -> Path:
     return path
 
 
+def record_sdpa_kernels(folder) -> Path:
+    """On the GPU: the names of the CUDA kernels torch's SDPA launches for the baselines' inputs (which
+    backend it picked), from the profiler (flash_tc.sdpa_kernels.csv)."""
+    import pandas as pd
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    rows = []
+    for kind, d, causal in [("fp16", 64, False), ("bf16", 64, False), ("fp16", 128, False), ("fp16", 64, True)]:
+        q, k, v = (torch.as_tensor(x, device="cuda") for x in make_inputs(kind)((HEADS, 4096, d),
+                                                                                np.random.default_rng(0)))
+        out = torch.empty(q.shape, device="cuda", dtype=torch.float32)
+        run = _sdpa(kind, causal)
+        run(q, k, v, out)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run(q, k, v, out)
+            torch.cuda.synchronize()
+        names = sorted({e.name for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")})
+        rows += [{"kind": kind, "d": d, "causal": causal, "cuda_kernel": name} for name in names]
+    path = Path(folder) / f"{CHAPTER}.sdpa_kernels.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
 def record_extra(folder) -> list:
-    return [record_configs(folder)]
+    return [record_configs(folder), record_sdpa_kernels(folder)]
 
 
 def load_configs(folder=None):
