@@ -87,6 +87,75 @@ else:
 
 
 # ------------------------------------------------------------------------------------------------
+# Rungs 8-9 address memory with 32-bit offsets. numba computes every index in 64-bit integers and, for a
+# signed index, adds a select that wraps a negative index around (numpy semantics); in an SGEMM's K loop
+# that bookkeeping costs more instructions than the loads themselves. These three accessors compute
+# &array[row, col] as data + (row·shape[1] + col) in 32-bit integers, with no wraparound (C-contiguous
+# 2-D arrays of < 2^31 elements, non-negative indices: the launcher checks the sizes).
+# ------------------------------------------------------------------------------------------------
+if lib.SIMULATOR:
+    def load4_i32(array, row, col):
+        """array[row, col:col + 4] (simulator: four scalar reads)."""
+        return array[row, col], array[row, col + 1], array[row, col + 2], array[row, col + 3]
+
+    def store4_i32(array, row, col, x0, x1, x2, x3):
+        """array[row, col:col + 4] = x0, x1, x2, x3 (simulator: four scalar writes)."""
+        array[row, col], array[row, col + 1], array[row, col + 2], array[row, col + 3] = x0, x1, x2, x3
+
+    def store_i32(array, row, col, x):
+        """array[row, col] = x."""
+        array[row, col] = x
+else:
+    def _address_i32(context, builder, sig, args):
+        """Pointer to array[row, col] of a C-contiguous 2-D array, the offset computed in 32 bits."""
+        i32 = ir.IntType(32)
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        row = builder.trunc(context.cast(builder, args[1], sig.args[1], types.intp), i32)
+        col = builder.trunc(context.cast(builder, args[2], sig.args[2], types.intp), i32)
+        ld = builder.trunc(cgutils.unpack_tuple(builder, ary.shape, 2)[1], i32)
+        offset = builder.add(builder.mul(row, ld, flags=["nsw", "nuw"]), col, flags=["nsw", "nuw"])
+        return builder.gep(ary.data, [builder.zext(offset, ir.IntType(64))], inbounds=True)
+
+    @intrinsic
+    def load4_i32(typingctx, array, row, col):
+        """array[row, col:col + 4] in one 16-byte load (LDG.128 / LDS.128); the address must be 16-byte
+        aligned."""
+        def codegen(context, builder, sig, args):
+            ptr = _address_i32(context, builder, sig, args)
+            vec = ir.VectorType(ir.FloatType(), 4)
+            loaded = builder.load(builder.bitcast(ptr, vec.as_pointer(addrspace=ptr.type.addrspace)), align=16)
+            parts = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), i)) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, parts)
+
+        return types.UniTuple(types.float32, 4)(array, row, col), codegen
+
+    @intrinsic
+    def store4_i32(typingctx, array, row, col, x0, x1, x2, x3):
+        """array[row, col:col + 4] = x0..x3 in one 16-byte store (STS.128); 16-byte aligned address."""
+        def codegen(context, builder, sig, args):
+            ptr = _address_i32(context, builder, sig, args)
+            vec = ir.VectorType(ir.FloatType(), 4)
+            value = ir.Constant(vec, ir.Undefined)
+            for i, (x, x_type) in enumerate(zip(args[3:], sig.args[3:])):
+                x = context.cast(builder, x, x_type, types.float32)
+                value = builder.insert_element(value, x, ir.Constant(ir.IntType(32), i))
+            builder.store(value, builder.bitcast(ptr, vec.as_pointer(addrspace=ptr.type.addrspace)), align=16)
+            return context.get_dummy_value()
+
+        return types.void(array, row, col, x0, x1, x2, x3), codegen
+
+    @intrinsic
+    def store_i32(typingctx, array, row, col, x):
+        """array[row, col] = x."""
+        def codegen(context, builder, sig, args):
+            ptr = _address_i32(context, builder, sig, args)
+            builder.store(context.cast(builder, args[3], sig.args[3], types.float32), ptr, align=4)
+            return context.get_dummy_value()
+
+        return types.void(array, row, col, x), codegen
+
+
+# ------------------------------------------------------------------------------------------------
 # Rung 0 and 1: one thread per output
 # ------------------------------------------------------------------------------------------------
 @cuda.jit
@@ -489,6 +558,154 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
 
 
 # ------------------------------------------------------------------------------------------------
+# Rungs 8-9: the warp-tiled kernel with a lean K loop, then with its fragments prefetched in registers
+# ------------------------------------------------------------------------------------------------
+LEAN_DEFAULT = dict(BM=256, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)
+_LEAN_KERNELS: dict = {}
+
+
+def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1):
+    """Build (once per configuration) the warp-tiled SGEMM with a lean K loop: 32-bit addresses, no
+    per-element guards inside K, and (prefetch=True) fragments double-buffered in registers. min_blocks is
+    the resident blocks per SM that ptxas must allow (launch bounds cap the registers to fit them). Returns
+    (kernel, threads per block)."""
+    key = (BM, BN, BK, WM, WN, TM, TN, prefetch, min_blocks)
+    if key in _LEAN_KERNELS:
+        return _LEAN_KERNELS[key]
+    shape = warptile_shape(BM, BN, BK, WM, WN, TM, TN)
+    if BK & (BK - 1) or BK % 2:
+        raise ValueError(f"BK = {BK}: the fragment prefetch needs an even power of two")
+    THREADS = shape["threads"]
+    A_LOADS, B_LOADS = shape["a_loads"], shape["b_loads"]
+    A_STEP = THREADS // (BK // 4)
+    B_STEP = THREADS // (BN // 4)
+    WM_ITER, WN_ITER = shape["wm_iter"], shape["wn_iter"]
+    SUB_M, SUB_N = LANES_M * TM, LANES_N * TN
+    ACC_M, ACC_N = WM_ITER * TM, WN_ITER * TN
+    WARPS_N = BN // WN
+    TWO_BK = 2 * BK
+    bounds = {} if lib.SIMULATOR else {"launch_bounds": (THREADS, min_blocks)}
+
+    @cuda.jit(device=True, inline="always")
+    def fetch_tile(a, b, a_next, b_next, k0, a_row0, a_q, b_r, b_col0, fast):
+        """The A and B tiles at k0 into registers. fast (a whole tile inside K, rows 16-byte aligned):
+        float4 loads with no guard, rows of A and columns of B past the matrix clamped to the last one (they
+        only feed outputs that are never stored). Otherwise (the last, ragged tile, or unaligned rows):
+        guarded scalar loads, zero past every edge."""
+        m, k = a.shape
+        n = b.shape[1]
+        for s in range(A_LOADS):
+            gr = a_row0 + s * A_STEP
+            if fast:
+                a_next[s, 0], a_next[s, 1], a_next[s, 2], a_next[s, 3] = load4_i32(a, min(gr, m - 1), k0 + a_q)
+            else:
+                for q in range(4):
+                    a_next[s, q] = a[gr, k0 + a_q + q] if gr < m and k0 + a_q + q < k else float32(0.0)
+        for s in range(B_LOADS):
+            gk = k0 + b_r + s * B_STEP
+            if fast:
+                b_next[s, 0], b_next[s, 1], b_next[s, 2], b_next[s, 3] = load4_i32(b, gk, min(b_col0, n - 4))
+            else:
+                for q in range(4):
+                    b_next[s, q] = b[gk, b_col0 + q] if gk < k and b_col0 + q < n else float32(0.0)
+
+    @cuda.jit(device=True, inline="always")
+    def load_fragments(a_tile_t, b_tile, p, a_col0, b_col0, a_frag, b_frag):
+        """Row p of the shared tiles: this lane's ACC_M values of A and ACC_N of B, as 16-byte loads."""
+        for wi in range(WM_ITER):
+            for i in range(0, TM, 4):
+                x = wi * TM + i
+                a_frag[x], a_frag[x + 1], a_frag[x + 2], a_frag[x + 3] = \
+                    load_float4(a_tile_t, p, a_col0 + wi * SUB_M + i)
+        for wj in range(WN_ITER):
+            for j in range(0, TN, 4):
+                y = wj * TN + j
+                b_frag[y], b_frag[y + 1], b_frag[y + 2], b_frag[y + 3] = \
+                    load_float4(b_tile, p, b_col0 + wj * SUB_N + j)
+
+    @cuda.jit(device=True, inline="always")
+    def outer_product(acc, a_frag, b_frag):
+        for i in range(ACC_M):
+            for j in range(ACC_N):
+                acc[i, j] += a_frag[i] * b_frag[j]
+
+    @cuda.jit(**bounds)
+    def matmul_lean_kernel(a, b, c):
+        """The warp-tiled kernel of rung 6 (same tiles, same double-buffered shared memory), with the
+        bookkeeping taken out of the K loop: addresses in 32-bit integers through load4_i32/store_i32, no
+        wraparound selects, no per-element guards except in the last (ragged) tile, the B tile stored with
+        16-byte stores. With prefetch, the fragments of step p + 1 are loaded from shared memory into a
+        second set of registers while the FMAs of step p run, so no FMA waits for its operands.
+
+        Memory: as rung 6: BM·BN / (2·(BM + BN)) FLOPs per global byte, float4 loads; rows of A and columns
+        of B past the matrix are clamped instead of zero-filled (their outputs are never stored); K past
+        the end is zero-filled in the last tile. Shared reads: LDS.128, no bank conflict (as rung 6).
+        Launch: 1-D blocks of THREADS, grid (ceil(N / BN), ceil(M / BM)); matrices of < 2^31 elements.
+        """
+        a_tile_t = cuda.shared.array((TWO_BK, BM), float32, alignment=SMEM_ALIGN)
+        b_tile = cuda.shared.array((TWO_BK, BN), float32, alignment=SMEM_ALIGN)
+        acc = cuda.local.array((ACC_M, ACC_N), float32)
+        a_frag = cuda.local.array(ACC_M, float32)
+        b_frag = cuda.local.array(ACC_N, float32)
+        a_frag2 = cuda.local.array(ACC_M, float32)      # the prefetched step (prefetch=True only)
+        b_frag2 = cuda.local.array(ACC_N, float32)
+        a_next = cuda.local.array((A_LOADS, 4), float32)
+        b_next = cuda.local.array((B_LOADS, 4), float32)
+        t = cuda.threadIdx.x
+        m, k = a.shape
+        n = b.shape[1]
+        aligned = k % 4 == 0 and n % 4 == 0
+        block_row = cuda.blockIdx.y * BM
+        block_col = cuda.blockIdx.x * BN
+        warp, lane = t // 32, t % 32
+        a_col0 = (warp // WARPS_N) * WM + (lane // LANES_N) * TM      # this lane's first column of a_tile_t
+        b_col0 = (warp % WARPS_N) * WN + (lane % LANES_N) * TN        # and of b_tile
+        a_r, a_q = t // (BK // 4), (t % (BK // 4)) * 4
+        b_r, b_q = t // (BN // 4), (t % (BN // 4)) * 4
+        for i in range(ACC_M):
+            for j in range(ACC_N):
+                acc[i, j] = float32(0.0)
+        tiles = (k + BK - 1) // BK
+        fetch_tile(a, b, a_next, b_next, 0, block_row + a_r, a_q, b_r, block_col + b_q, aligned and BK <= k)
+        for tile in range(tiles):
+            buf = (tile & 1) * BK
+            for s in range(A_LOADS):
+                for q in range(4):
+                    store_i32(a_tile_t, buf + a_q + q, a_r + s * A_STEP, a_next[s, q])
+            for s in range(B_LOADS):
+                store4_i32(b_tile, buf + b_r + s * B_STEP, b_q, b_next[s, 0], b_next[s, 1], b_next[s, 2],
+                           b_next[s, 3])
+            cuda.syncthreads()
+            if tile + 1 < tiles:
+                k0 = (tile + 1) * BK
+                fetch_tile(a, b, a_next, b_next, k0, block_row + a_r, a_q, b_r, block_col + b_q,
+                           aligned and k0 + BK <= k)
+            if prefetch:
+                load_fragments(a_tile_t, b_tile, buf, a_col0, b_col0, a_frag, b_frag)
+                for p in range(0, BK, 2):
+                    load_fragments(a_tile_t, b_tile, buf + p + 1, a_col0, b_col0, a_frag2, b_frag2)
+                    outer_product(acc, a_frag, b_frag)
+                    # the last step reloads row 0 of this buffer: harmless, and no branch in the loop
+                    load_fragments(a_tile_t, b_tile, buf + ((p + 2) & (BK - 1)), a_col0, b_col0, a_frag, b_frag)
+                    outer_product(acc, a_frag2, b_frag2)
+            else:
+                for p in range(BK):
+                    load_fragments(a_tile_t, b_tile, buf + p, a_col0, b_col0, a_frag, b_frag)
+                    outer_product(acc, a_frag, b_frag)
+        for wi in range(WM_ITER):
+            for i in range(TM):
+                row = block_row + a_col0 + wi * SUB_M + i
+                for wj in range(WN_ITER):
+                    for j in range(TN):
+                        col = block_col + b_col0 + wj * SUB_N + j
+                        if row < m and col < n:
+                            c[row, col] = acc[wi * TM + i, wj * TN + j]
+
+    _LEAN_KERNELS[key] = (quiet(matmul_lean_kernel), THREADS)
+    return _LEAN_KERNELS[key]
+
+
+# ------------------------------------------------------------------------------------------------
 # Host launchers
 # ------------------------------------------------------------------------------------------------
 def _shapes(a, b, c, where):
@@ -569,6 +786,28 @@ def launch_warptile(a, b, c, config: dict, where: str = "matmul_warptile"):
 def matmul_warptile(a, b, c):
     """c = a @ b with the warp-tiled kernel in its default configuration (WARPTILE_DEFAULT)."""
     launch_warptile(a, b, c, WARPTILE_DEFAULT)
+
+
+def launch_lean(a, b, c, config: dict, prefetch: bool, min_blocks: int = 1, where: str = "matmul_lean"):
+    """c = a @ b with the lean warp-tiled kernel of one configuration (BM, BN, BK, WM, WN, TM, TN)."""
+    m, n, k = _shapes(a, b, c, where)
+    if max(m * k, k * n, m * n) >= 2 ** 31:
+        raise ValueError(f"{where}: {m}×{k} @ {k}×{n} has a matrix of 2^31 elements or more; this kernel "
+                         "addresses memory with 32-bit offsets (use matmul_warptile)")
+    if _zero_if_empty_k(m, n, k, c):
+        return
+    kernel, threads = make_lean_kernel(**config, prefetch=prefetch, min_blocks=min_blocks)
+    kernel[(_cdiv(n, config["BN"]), _cdiv(m, config["BM"])), threads](a, b, c)
+
+
+def matmul_lean(a, b, c):
+    """c = a @ b with the lean K loop (rung 8), in LEAN_DEFAULT."""
+    launch_lean(a, b, c, LEAN_DEFAULT, prefetch=False)
+
+
+def matmul_prefetch(a, b, c):
+    """c = a @ b with the lean K loop and register-prefetched fragments (rung 9), in LEAN_DEFAULT."""
+    launch_lean(a, b, c, LEAN_DEFAULT, prefetch=True, where="matmul_prefetch")
 
 
 # ------------------------------------------------------------------------------------------------
