@@ -41,7 +41,8 @@ def test_flash_d128_ragged():
 
 
 @pytest.mark.parametrize("launch, n, seed", [(A.flash_attention_causal, 70, 2),
-                                            (A.flash_attention_wide_causal, 130, 7)])
+                                            (A.flash_attention_wide_causal, 130, 7),
+                                            (A.flash_attention_balanced_causal, 130, 9)])
 def test_flash_causal(launch, n, seed):
     q, k, v = inputs(1, n, 64, seed=seed)
     got = run(launch, q, k, v)
@@ -62,6 +63,33 @@ def test_wide_kernel_ragged_multi_block_and_m_not_n():
     q, k, v = inputs(1, 40, 64, seed=6, m=3)
     assert_attention(run(A.flash_attention_wide, q, k, v), q, k, v)
 
+
+
+def test_regs_kernel_ragged_both_head_dims_and_m_not_n():
+    q, k, v = inputs(1, 70, 64, seed=10)    # one query block of 128 (70 rows used), key tiles of 64 and 6
+    assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
+    q, k, v = inputs(1, 37, 128, seed=11)   # d = 128: a block of 64 queries, key tiles of 32 and 5
+    assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
+    q, k, v = inputs(1, 9, 64, seed=12, m=3)
+    assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
+
+
+@pytest.mark.parametrize("d", sorted(A.REGS_CONFIGS))
+def test_regs_configurations(d):
+    """Two blocks of the register-blocked kernel fit an H200 SM's 228 KB of shared memory."""
+    shape = A.regs_shape(d, **A.REGS_CONFIGS[d])
+    assert 2 * (shape["smem_bytes"] + 1024) <= 228 * 1024
+    assert shape["GROUPS"] * shape["TM"] == shape["BR"] and shape["DIMS"] * A.REGS_LANES == d
+    assert A.dynamic_shared_bytes(f"flash_attention_regs d={d}") == shape["smem_bytes"]
+
+
+def test_path1_steps_add_up_to_the_napkin_counts():
+    heads, n, d = 2, 24, 64
+    q, k, v = (cuda.to_device(x) for x in inputs(heads, n, d))
+    steps = A.path1_steps(q, k, v, cuda.device_array((heads, n, d), np.float32))
+    assert [s[0] for s in steps] == ["scores q @ k.T", "row softmax", "p @ v"]
+    assert sum(s[2] for s in steps) == A.score_bytes(heads, n, n) + A.qkvo_bytes(heads, n, d)
+    assert sum(s[3] for s in steps) == A.attention_flops(heads, n, d)
 
 
 def test_wide_kernel_refuses_other_head_dims():
