@@ -88,7 +88,7 @@ def test_plan_secret_and_extra_sizes():
     hidden = plan("reduce_sum", seed=5, on_gpu=True, secret=True, extra_sizes=[(777,)])
     assert list(public) != list(hidden)[:-1] and hidden.planned[-1] >= (777,) and hidden.planned[0] == (1,)
     with pytest.raises(ValueError, match="does not fit"):
-        plan("matmul", seed=5, on_gpu=True, extra_sizes=[(3,)])
+        plan("matmul_at", seed=5, on_gpu=True, extra_sizes=[(3,)])
 
 
 # --- zero checks are never a pass ----------------------------------------------------------------------------
@@ -172,26 +172,26 @@ def test_computed_nan_is_told_from_never_written_and_from_added_into(no_variants
 
 
 @cuda.jit
-def _transpose_xy_swapped(a, out):
-    r, c = cuda.grid(2)  # x taken as the row: the grid below runs x along the columns
-    if r < a.shape[0] and c < a.shape[1]:
-        out[c, r] = a[r, c]
+def _outer_xy_swapped(x, y, out):
+    i, j = cuda.grid(2)  # x taken as the row: the grid below runs x along the columns
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = x[i] * y[j]
 
 
-def _transpose_swapped(a, out):
-    rows, cols = a.shape
-    _transpose_xy_swapped[((cols + 15) // 16, (rows + 15) // 16), (16, 16)](a, out)
+def _outer_swapped(x, y, out):
+    rows, cols = out.shape
+    _outer_xy_swapped[((cols + 15) // 16, (rows + 15) // 16), (16, 16)](x, y, out)
 
 
-def test_a_transpose_with_x_and_y_swapped_is_not_told_to_round_up(no_variants):
-    report = grade("transpose", _transpose_swapped)
+def test_an_outer_product_with_x_and_y_swapped_is_not_told_to_round_up(no_variants):
+    report = grade("outer_product", _outer_swapped)
     assert report.status == FAILED, str(report)
     assert "round" not in report.hint.lower() and "swaps x and y" in report.hint, str(report)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("lib.variants") is None, reason="needs the known variants (lib.variants)")
-def test_with_the_known_variants_the_swapped_transpose_is_named_and_not_told_to_round_up():
-    report = grade("transpose", _transpose_swapped)
+def test_with_the_known_variants_the_swapped_outer_product_is_named_and_not_told_to_round_up():
+    report = grade("outer_product", _outer_swapped)
     assert report.status == FAILED and any(c.mistake for c in report.cases), str(report)
     assert "round" not in report.hint.lower(), str(report)
 

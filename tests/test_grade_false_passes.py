@@ -174,27 +174,27 @@ def test_attention_with_one_block_of_64_fails():
 
 
 @cuda.jit
-def _transpose_fixed(a, out):
-    c, r = cuda.grid(2)
-    if r < a.shape[0] and c < a.shape[1]:
-        out[c, r] = a[r, c]
+def _outer_fixed(x, y, out):
+    j, i = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = x[i] * y[j]
 
 
 @cuda.jit
-def _matmul_fixed(a, b, c):
+def _matmul_at_fixed(a, b, c):
     col, row = cuda.grid(2)
     if row < c.shape[0] and col < c.shape[1]:
         acc = float32(0)
-        for p in range(a.shape[1]):
-            acc += a[row, p] * b[p, col]
+        for p in range(a.shape[0]):
+            acc += a[p, row] * b[p, col]
         c[row, col] = acc
 
 
-def test_fixed_8x8_grid_of_16x16_blocks_fails_for_transpose_and_matmul():
-    report = grade("transpose", lambda a, out: _transpose_fixed[(8, 8), (16, 16)](a, out))
-    _assert_fails(report, "_transpose_fixed[8x8, 16x16] is the same at every size")
-    report = grade("matmul", lambda a, b, c: _matmul_fixed[(8, 8), (16, 16)](a, b, c))
-    _assert_fails(report, "_matmul_fixed[8x8, 16x16] is the same at every size")
+def test_fixed_8x8_grid_of_16x16_blocks_fails_for_outer_product_and_matmul():
+    report = grade("outer_product", lambda x, y, out: _outer_fixed[(8, 8), (16, 16)](x, y, out))
+    _assert_fails(report, "_outer_fixed[8x8, 16x16] is the same at every size")
+    report = grade("matmul_at", lambda a, b, c: _matmul_at_fixed[(8, 8), (16, 16)](a, b, c))
+    _assert_fails(report, "_matmul_at_fixed[8x8, 16x16] is the same at every size")
 
 
 # --- races, host answers, the book's kernels, code that would not compile for a GPU -------------------

@@ -218,8 +218,8 @@ def test_a_missing_folder_is_a_clear_error(tmp_path):
 
 def test_a_bad_extra_size_is_a_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lib.grader", str(tmp_path), "--out", "x.csv",
-                           "--extra-size", "matmul=5"], cwd=lib.ROOT, capture_output=True, text=True)
-    assert proc.returncode != 0 and "matmul takes sizes of 3 positive number(s)" in proc.stderr
+                           "--extra-size", "matmul_at=5"], cwd=lib.ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "matmul_at takes sizes of 3 positive number(s)" in proc.stderr
 
 
 # --- the protocol, without notebooks -------------------------------------------------------------

@@ -28,7 +28,7 @@ from .report import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, 
 
 __all__ = ["grade", "stub", "plan", "prepare_case", "execute_case", "judge", "Planner", "Case", "Execution",
            "CaseResult", "GradeReport", "GradeTimeout", "SENTINEL", "PASSED", "FAILED", "NOT_ATTEMPTED",
-           "TIMEOUT", "ERROR", "launch_record", "verdict"]
+           "TIMEOUT", "ERROR", "launch_record", "verdict", "check_perf"]
 
 
 def _check_callable(fn, ex: Exercise) -> str | None:
@@ -76,6 +76,7 @@ def _grade(exercise_id: str, fn, seed: int | None, time_limit_s: float | None) -
     limit = time_limit_s if time_limit_s is not None else ex.time_limit_s
     rng = np.random.default_rng(seed)
     results: list[CaseResult] = []
+    perf: dict = {}
     stop = threading.Event()
     crash: list[str] = []
 
@@ -91,6 +92,10 @@ def _grade(exercise_id: str, fn, seed: int | None, time_limit_s: float | None) -
                     return
                 if not result.passed:
                     planner.grow = False  # the report already has its failure: no need for larger sizes
+            if ex.perf is not None and results and all(c.passed for c in results):
+                perf.update(check_perf(ex, fn, rng, stop=stop, on_simulator=lib.SIMULATOR))
+                if perf.get("failed_case") is not None:
+                    results.append(perf.pop("failed_case"))
         except GradeTimeout:
             if not stop.is_set():
                 crash.append("GradeTimeout was raised outside the time limit")
@@ -108,13 +113,38 @@ def _grade(exercise_id: str, fn, seed: int | None, time_limit_s: float | None) -
         _kill_threads([t for t in threading.enumerate() if t not in before])
         worker.join(5.0)
     report = verdict(exercise_id, seed, list(results), len(planner.planned), timed_out=timed_out,
-                     limit_s=limit, notes=planner.notes, seconds=time.perf_counter() - t0)
+                     limit_s=limit, notes=planner.notes, seconds=time.perf_counter() - t0,
+                     perf=perf.get("checks"), perf_note=perf.get("note", ""),
+                     perf_gates=bool(ex.perf and ex.perf.gates))
     if timed_out and report.status == TIMEOUT and lib.ON_GPU:
         report.hint += (" On a GPU the kernel may still be running: restart the notebook's kernel if later GPU "
                         "work hangs.")
     if crash and all(c.passed for c in results):
         report.status, report.message = ERROR, f"the check itself failed: {crash[0]}"
     return report
+
+
+def check_perf(ex: Exercise, fn, rng, *, stop=None, on_simulator: bool, execute=None) -> dict:
+    """The exercise's performance property (lib.grader.perf): {"checks": [PerfCheck], "note": str} and,
+    when the function's output is wrong at the traced size, "failed_case" (a CaseResult for the report).
+    `execute(case)` runs the traced case (default: here, lib.grader.perf.execute_traced)."""
+    from .perf import execute_traced, judge_perf
+
+    size = "×".join(map(str, ex.perf.size))
+    if not on_simulator:
+        return {"note": "the performance property was not checked: the tracer runs on numba's simulator "
+                        "(run this notebook with NUMBA_ENABLE_CUDASIM=1 to grade it)"}
+    case = prepare_case(ex, ex.perf.size, rng)
+    if execute is None:
+        execution = execute_traced(fn, case.public(), ex.names, stop=stop)
+    else:
+        execution = execute(case)
+    result = judge(case, execution)
+    if not result.passed:
+        return {"failed_case": result}
+    return {"checks": judge_perf(ex.perf, case.inputs, execution.sites),
+            "note": f"traced on the simulator at size {size}"
+                    + ("; a ✗ fails this exercise" if ex.perf.gates else "; reported only, not graded")}
 
 
 def stub(*args, **kwargs):

@@ -118,12 +118,13 @@ class Execution:
     error: str = ""                                # "your code raised ..." when outcome is "raised"
     error_hint: str = ""
     seconds: float = 0.0
+    sites: list = field(default_factory=list)      # traced runs only (lib.grader.perf.site_rows)
 
     def to_arrays(self) -> dict:
         """A dict of numpy arrays for np.savez (load with allow_pickle=False, then :meth:`from_arrays`)."""
         meta = {"outcome": self.outcome, "fills": [float(f) for f in self.fills], "launches": self.launches,
                 "error": self.error, "error_hint": self.error_hint, "seconds": float(self.seconds),
-                "n_outputs": len(self.outputs), "n_inputs": len(self.inputs_after)}
+                "n_outputs": len(self.outputs), "n_inputs": len(self.inputs_after), "sites": self.sites}
         arrays = {"meta": np.array(json.dumps(meta))}
         arrays.update({f"output{i}": np.asarray(o) for i, o in enumerate(self.outputs)})
         arrays.update({f"input{i}": np.asarray(x) for i, x in enumerate(self.inputs_after)})
@@ -137,7 +138,8 @@ class Execution:
             outputs = [np.asarray(arrays[f"output{i}"]) for i in range(int(meta["n_outputs"]))]
             inputs = [np.asarray(arrays[f"input{i}"]) for i in range(int(meta["n_inputs"]))]
             return cls(str(meta["outcome"]), outputs, list(meta["fills"]), inputs, list(meta["launches"]),
-                       str(meta["error"]), str(meta["error_hint"]), float(meta["seconds"]))
+                       str(meta["error"]), str(meta["error_hint"]), float(meta["seconds"]),
+                       list(meta.get("sites", [])))
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed execution record ({type(exc).__name__}: {exc})") from None
 

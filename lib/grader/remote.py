@@ -213,7 +213,7 @@ class Server:
         planner = cases.plan(ex, seed, on_gpu=self.on_gpu, secret=self.seeds.secret is not None,
                              extra_sizes=self.extra_sizes.get(exercise_id, ()))
         rng = np.random.default_rng(seed)
-        results, stopped, timed_out = [], "", False
+        results, stopped, timed_out, perf = [], "", False, {}
         t0 = time.monotonic()
         deadline = t0 + ex.time_limit_s
         try:
@@ -233,6 +233,22 @@ class Server:
                 planner.observe(size, execution.launches, execution.seconds)
                 if not result.passed:
                     planner.grow = False  # its failure is known: no larger sizes needed
+            if ex.perf is not None and results and all(c.passed for c in results):
+                from . import check_perf
+
+                def run_traced(case):
+                    send(conn, {"op": "case", "exercise": ex.id, "size": list(case.size), "trace": True,
+                                "out_shape": list(case.out_shape),
+                                "limit_s": max(deadline - time.monotonic(), 0.0)}, case.inputs)
+                    execution = _execution(case, *recv(conn, max_arrays=2 + len(case.inputs),
+                                                       array_cap=_array_cap(case), deadline=deadline))
+                    if execution.outcome == "timeout":
+                        raise TimeoutError
+                    return execution
+
+                perf = check_perf(ex, None, rng, on_simulator=not self.on_gpu, execute=run_traced)
+                if perf.get("failed_case") is not None:
+                    results.append(perf.pop("failed_case"))
         except TimeoutError:
             timed_out = True
         except (ProtocolError, ConnectionError, OSError) as exc:
@@ -244,7 +260,9 @@ class Server:
             stopped = f"the grader failed ({type(exc).__name__}: {_text(exc)})"
         finally:
             report = verdict(ex.id, seed, results, len(planner.planned), timed_out=timed_out,
-                             limit_s=ex.time_limit_s, notes=planner.notes, seconds=time.monotonic() - t0)
+                             limit_s=ex.time_limit_s, notes=planner.notes, seconds=time.monotonic() - t0,
+                             perf=perf.get("checks"), perf_note=perf.get("note", ""),
+                             perf_gates=ex.perf is not None and ex.perf.gates)
             report.show_seed = self.seeds.secret is None
             if stopped and all(c.passed for c in results):
                 report.status = ERROR
@@ -279,10 +297,10 @@ def _execution(case, header: dict, arrays: list):
         raise ProtocolError("a result whose fields have the wrong types") from None
     if not 0 <= n_outputs <= 2 or len(arrays) not in (n_outputs, n_outputs + len(case.inputs)):
         raise ProtocolError(f"a result with {len(arrays)} arrays for {n_outputs} output(s)")
-    launches = header.get("launches", [])
+    launches, sites = header.get("launches", []), header.get("sites", [])
     return Execution(_text(header.get("outcome")), arrays[:n_outputs], fills, arrays[n_outputs:],
                      launches if isinstance(launches, list) else [], _text(header.get("error")),
-                     _text(header.get("error_hint")), seconds)
+                     _text(header.get("error_hint")), seconds, sites if isinstance(sites, list) else [])
 
 
 # --- the submission's side (runs in the sandbox; decides nothing) -----------------------------------
@@ -326,7 +344,15 @@ def _run_case(fn, header: dict, inputs: list):
                 tuple(header["out_shape"]))
     stop, box = threading.Event(), []
     before = set(threading.enumerate())
-    worker = threading.Thread(target=lambda: box.append(execute_case(fn, case, stop=stop)), daemon=True)
+    if header.get("trace"):  # the performance property's run (lib.grader.perf)
+        from ..exercises import EXERCISES
+        from .perf import execute_traced
+
+        names = EXERCISES[case.exercise].names
+        work = lambda: box.append(execute_traced(fn, case, names, stop=stop))  # noqa: E731
+    else:
+        work = lambda: box.append(execute_case(fn, case, stop=stop))  # noqa: E731
+    worker = threading.Thread(target=work, daemon=True)
     worker.start()
     worker.join(float(header["limit_s"]))
     if worker.is_alive() or not box:
@@ -337,7 +363,7 @@ def _run_case(fn, header: dict, inputs: list):
         execution = box[0]
     meta = {"op": "result", "outcome": execution.outcome, "n_outputs": len(execution.outputs),
             "fills": execution.fills, "launches": execution.launches, "error": execution.error,
-            "error_hint": execution.error_hint, "seconds": execution.seconds}
+            "error_hint": execution.error_hint, "seconds": execution.seconds, "sites": execution.sites}
     return meta, list(execution.outputs) + list(execution.inputs_after)
 
 

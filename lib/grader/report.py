@@ -35,6 +35,8 @@ class GradeReport:
     planned: int = 0                 # sizes the planner chose; fewer checked is never a pass
     notes: list[str] = field(default_factory=list)
     show_seed: bool = True           # False for a secret seed (instructor mode)
+    perf: list = field(default_factory=list)   # PerfCheck of the exercise's performance property, if checked
+    perf_note: str = ""              # how it was checked (or why not)
 
     @property
     def passed(self) -> bool:
@@ -42,6 +44,11 @@ class GradeReport:
 
     def __bool__(self):
         return self.passed
+
+    @property
+    def perf_failed(self) -> bool:
+        """A performance property was checked and failed (whether or not that fails the grade)."""
+        return any(not c.passed for c in self.perf)
 
     def first_failure(self) -> str:
         return "" if self.passed else self.message
@@ -68,9 +75,15 @@ class GradeReport:
         tolerances = list(dict.fromkeys(c.tolerance for c in self.cases if c.tolerance))
         if tolerances:
             lines.append(f"  tolerance: {tolerances[-1]}")
+        if self.perf:
+            lines.append(f"  correct ✓; performance ({self.perf_note}):")
+            lines.extend(f"    {c.label()}" for c in self.perf)
+        elif self.perf_note:
+            lines.append(f"  note: {self.perf_note}")
         for note in self.notes:
             lines.append(f"  note: {note}")
-        if self.message and self.status != PASSED and not any(not c.passed for c in self.cases):
+        if (self.message and self.status != PASSED and not any(not c.passed for c in self.cases)
+                and not self.perf_failed):
             lines.append(f"  {self.message}")
         if self.hint:
             lines.append(f"  hint: {self.hint}")
@@ -91,10 +104,19 @@ class GradeReport:
             for c in self.cases)
         body = f"<table>{rows}</table>" if rows else ""
         shown = any(not c.passed for c in self.cases)
-        msg = f"<p>{esc(self.message)}</p>" if self.message and not self.passed and not shown else ""
+        msg = (f"<p>{esc(self.message)}</p>" if self.message and not self.passed and not shown
+               and not self.perf_failed else "")
         tolerances = list(dict.fromkeys(c.tolerance for c in self.cases if c.tolerance))
         tol = f"<p><small>tolerance: {esc(tolerances[-1])}</small></p>" if tolerances else ""
         notes = "".join(f"<p><small>note: {esc(n)}</small></p>" for n in self.notes)
+        if self.perf:
+            items = "".join(f'<li><span style="color:{"#1a7f37" if c.passed else "#cf222e"}">'
+                            f"{esc(c.name)} {'✓' if c.passed else '✗'}</span> <small>({esc(c.detail)})</small></li>"
+                            for c in self.perf)
+            notes = (f"<p>correct ✓; performance <small>({esc(self.perf_note)})</small>:</p>"
+                     f"<ul style=\"margin:0\">{items}</ul>" + notes)
+        elif self.perf_note:
+            notes = f"<p><small>note: {esc(self.perf_note)}</small></p>" + notes
         tip = f"<p><b>Hint:</b> {esc(self.hint)}</p>" if self.hint else ""
         replay = f"<p><small>replay: <code>{esc(self._replay())}</code></small></p>" if self._replay() else ""
         seed = f"seed {self.seed}, " if self.show_seed else ""
@@ -106,14 +128,18 @@ class GradeReport:
     def to_dict(self) -> dict:
         return {"exercise": self.exercise, "passed": self.passed, "status": self.status, "seed": self.seed,
                 "seconds": round(self.seconds, 3), "first_failure": self.first_failure(),
-                "cases_passed": self.cases_passed, "cases_planned": self.planned}
+                "cases_passed": self.cases_passed, "cases_planned": self.planned,
+                "perf": [c.to_dict() for c in self.perf]}
 
 
 def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *, timed_out: bool = False,
-            limit_s: float = 0.0, notes=(), seconds: float = 0.0) -> GradeReport:
-    """The report from the case results. Passed only when every planned size was checked and passed."""
+            limit_s: float = 0.0, notes=(), seconds: float = 0.0, perf=None, perf_note: str = "",
+            perf_gates: bool = False) -> GradeReport:
+    """The report from the case results. Passed only when every planned size was checked and passed, and,
+    where the exercise's performance property gates, every property checked passed (a property failure is
+    reported apart: "correct ✓, coalesced ✗ (...)")."""
     report = GradeReport(exercise, FAILED, seed, list(results), planned=planned, notes=list(notes),
-                         seconds=seconds)
+                         seconds=seconds, perf=list(perf or []), perf_note=perf_note)
     if any(c.not_attempted for c in results):
         report.status = NOT_ATTEMPTED
         report.message = next(c.message for c in results if c.not_attempted)
@@ -135,5 +161,17 @@ def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *
         report.message = (f"only {len(results)} of {planned} planned sizes were checked: a check that did not "
                           "run is not a pass")
         return report
+    slow = [c for c in report.perf if not c.passed]
+    if slow and perf_gates:
+        report.message = "correct ✓, " + "; ".join(c.label() for c in slow)
+        report.hint = perf_hint(exercise)
+        return report
     report.status = PASSED
     return report
+
+
+def perf_hint(exercise: str) -> str:
+    from ..exercises import EXERCISES
+
+    ex = EXERCISES.get(exercise)
+    return ex.perf.note if ex is not None and ex.perf is not None else ""
