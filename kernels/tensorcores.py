@@ -301,6 +301,252 @@ def matmul_mma_ldmatrix_bf16(a, b, c):
     _launch_mma_ldmatrix(matmul_mma_ldmatrix_bf16_kernel, "bf16", a, b, c)
 
 
+# --- rungs 2-5: one kernel factory, from a cp.async pipeline to large, swizzled, autotuned tiles --------
+# Shared tiles are kept in 16-byte chunks (8 16-bit or 4 float32 values): the unit of cp.async and of one
+# ldmatrix row. A row of an A tile is BK values = 64 bytes (BK 32 for 16-bit, 16 for TF32), 4 chunks.
+CHUNK_BYTES = 16
+BK_BYTES = 64
+
+
+@cuda.jit(device=True)
+def _swizzle_a(row, chunk):
+    """A tile (64-byte rows): row r's chunks XOR-ed with (r >> 1) & 3, so 8 consecutive rows at one chunk
+    column land in 8 different 16-byte bank groups (two rows share one 128-byte bank line)."""
+    return chunk ^ ((row >> 1) & 3)
+
+
+@cuda.jit(device=True)
+def _swizzle_b16(row, chunk):
+    """B tile, 16-bit (rows of ≥ 8 chunks): 8 consecutive k rows at one chunk column (one ldmatrix.trans
+    matrix) land in 8 different bank groups."""
+    return chunk ^ (row & 7)
+
+
+@cuda.jit(device=True)
+def _swizzle_b32(row, chunk):
+    """B tile, TF32 (rows of ≥ 8 chunks): the fragment reads rows k..k+3 at two neighbouring chunks; XOR
+    with 2·(k & 3) spreads those 4 × 2 chunks over the 8 bank groups."""
+    return chunk ^ ((row & 3) << 1)
+
+
+@cuda.jit(device=True)
+def _no_swizzle(row, chunk):
+    return chunk
+
+
+def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0) -> dict:
+    """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
+    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas."""
+    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG)
+
+
+def tiled_label(cfg: dict) -> str:
+    return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
+            + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else ""))
+
+
+def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) -> str | None:
+    """Why a configuration cannot be built (None if it can)."""
+    elem = 4 if kind == "tf32" else 2
+    bk = BK_BYTES // elem
+    if BM % WM or BN % WN or WM % TILE_M or WN % TILE_N:
+        return f"BM % WM, BN % WN, WM % {TILE_M} and WN % {TILE_N} must be 0"
+    if kind != "tf32" and (WN // TILE_N) % 2 and WN != TILE_N:
+        return "16-bit warp tiles hold one or an even number of 8-wide n tiles (ldmatrix.x4.trans loads two)"
+    if not ASYNC and STAGES != 1:
+        return "without cp.async the kernel has one stage"
+    if SWIZZLE and BN * elem < 8 * CHUNK_BYTES:
+        return f"the swizzle needs B rows of at least 8 chunks (BN ≥ {8 * CHUNK_BYTES // elem})"
+    threads = (BM // WM) * (BN // WN) * WARP
+    if threads > 1024:
+        return f"{threads} threads per block (at most 1024)"
+    smem = STAGES * (BM * bk + bk * BN) * elem
+    if smem > 48 * 1024:
+        return f"{smem} bytes of shared memory (a static allocation may take at most 48 KiB)"
+    return None
+
+
+_TILED_KERNELS: dict = {}
+
+
+def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0):
+    """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    if key in _TILED_KERNELS:
+        return _TILED_KERNELS[key]
+    if kind not in K_STEP:
+        raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    if problem:
+        raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
+                         f"{problem}")
+    tf32 = kind == "tf32"
+    bf16 = kind == "bf16"
+    ELEM = 4 if tf32 else 2
+    CH = CHUNK_BYTES // ELEM                     # values per 16-byte chunk: 4 or 8
+    BK = BK_BYTES // ELEM                        # 16 (TF32) or 32 (16-bit) values of K per stage
+    KS = K_STEP[kind]                            # K per mma.sync; BK = 2 · KS (two steps per stage)
+    MI, NI = WM // TILE_M, WN // TILE_N          # mma tiles per warp: MI × NI accumulators of 4 floats
+    WARPS_N = BN // WN
+    THREADS = (BM // WM) * WARPS_N * WARP
+    A_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BN // CH
+    B_CHUNKS = BK * B_CHUNKS_ROW
+    A_STAGE, B_STAGE = BM * BK, BK * BN          # values per stage
+    A_SMEM, B_SMEM = STAGES * A_STAGE, STAGES * B_STAGE
+    A_ROUNDS, B_ROUNDS = -(-A_CHUNKS // THREADS), -(-B_CHUNKS // THREADS)
+    WAIT = max(STAGES - 2, 0)                    # cp.async groups allowed in flight when a stage is needed
+    PAIRS = not tf32 and NI % 2 == 0             # 16-bit B: ldmatrix.x4.trans loads two n tiles at once
+    swz_a = _swizzle_a if SWIZZLE else _no_swizzle
+    swz_b = (_swizzle_b32 if tf32 else _swizzle_b16) if SWIZZLE else _no_swizzle
+    SMEM_TYPE = float32 if tf32 else np.int16
+
+    @cuda.jit(device=True)
+    def load_stage(a, b, a_s, b_s, stage, row0, col0, k0, tid):
+        """Copy the stage's A (BM × BK) and B (BK × BN) slices, chunk by chunk, into their swizzled places."""
+        n, k = b.shape[1], a.shape[1]
+        for it in range(A_ROUNDS):                  # a constant trip count: unrolled, no division per chunk
+            e = tid + it * THREADS
+            if A_CHUNKS % THREADS == 0 or e < A_CHUNKS:
+                r, ch = e // (BK // CH), e % (BK // CH)
+                dst = stage * A_STAGE + r * BK + swz_a(r, ch) * CH
+                if ASYNC:
+                    mma.cp_async_cg16(a_s, dst, a, (row0 + r) * k + k0 + ch * CH)
+                else:
+                    for q in range(CH):
+                        a_s[dst + q] = a[row0 + r, k0 + ch * CH + q]
+        for it in range(B_ROUNDS):
+            e = tid + it * THREADS
+            if B_CHUNKS % THREADS == 0 or e < B_CHUNKS:
+                r, ch = e // B_CHUNKS_ROW, e % B_CHUNKS_ROW
+                dst = stage * B_STAGE + r * BN + swz_b(r, ch) * CH
+                if ASYNC:
+                    mma.cp_async_cg16(b_s, dst, b, (k0 + r) * n + col0 + ch * CH)
+                else:
+                    for q in range(CH):
+                        b_s[dst + q] = b[k0 + r, col0 + ch * CH + q]
+
+    @cuda.jit(device=True)
+    def mma_step(a_s, b_s, a_base, b_base, kk, acc, af, bf, af32, bf32, wrow, wcol, lane):
+        """One K step (KS wide) of the warp tile: load its fragments from shared memory, MI × NI mma.sync."""
+        g, t = lane >> 2, lane & 3
+        mat, r8 = lane >> 3, lane & 7               # ldmatrix: lane 8·mat + r8 gives row r8 of matrix mat
+        if tf32:
+            for i in range(MI):
+                for q in range(4):                  # a_q = A[g + 8(q & 1), t + 4(q >> 1)]
+                    r = wrow + i * TILE_M + g + 8 * (q & 1)
+                    col = kk + t + 4 * (q >> 1)
+                    af32[i, q] = a_s[a_base + r * BK + swz_a(r, col // CH) * CH + col % CH]
+            for j in range(NI):
+                for q in range(2):                  # b_q = B[t + 4q, g]
+                    kr = kk + t + 4 * q
+                    col = wcol + j * TILE_N + g
+                    bf32[j, q] = b_s[b_base + kr * BN + swz_b(kr, col // CH) * CH + col % CH]
+            for i in range(MI):
+                for j in range(NI):
+                    d = mma.mma_m16n8k8_tf32(af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3], bf32[j, 0],
+                                             bf32[j, 1], acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+                    for q in range(4):
+                        acc[i, j, q] = d[q]
+        else:
+            for i in range(MI):                     # matrices: rows 0-7 / 8-15 × k 0-7 / 8-15
+                r = wrow + i * TILE_M + r8 + 8 * (mat & 1)
+                ch = kk // CH + (mat >> 1)
+                af[i, 0], af[i, 1], af[i, 2], af[i, 3] = mma.ldmatrix_x4(a_s, a_base + r * BK + swz_a(r, ch) * CH)
+            if PAIRS:
+                for j in range(0, NI, 2):           # matrices: k 0-7 / 8-15 × n tiles j, j + 1
+                    kr = kk + r8 + 8 * (mat & 1)
+                    ch = (wcol + j * TILE_N) // CH + (mat >> 1)
+                    bf[j, 0], bf[j, 1], bf[j + 1, 0], bf[j + 1, 1] = mma.ldmatrix_x4_trans(
+                        b_s, b_base + kr * BN + swz_b(kr, ch) * CH)
+            else:
+                for j in range(NI):                 # lanes 16-31 repeat 0-15's addresses (x2 ignores them)
+                    kr = kk + r8 + 8 * (mat & 1)
+                    ch = (wcol + j * TILE_N) // CH
+                    bf[j, 0], bf[j, 1] = mma.ldmatrix_x2_trans(b_s, b_base + kr * BN + swz_b(kr, ch) * CH)
+            for i in range(MI):
+                for j in range(NI):
+                    if bf16:
+                        d = mma.mma_m16n8k16_bf16(af[i, 0], af[i, 1], af[i, 2], af[i, 3], bf[j, 0], bf[j, 1],
+                                                  acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+                    else:
+                        d = mma.mma_m16n8k16_f16(af[i, 0], af[i, 1], af[i, 2], af[i, 3], bf[j, 0], bf[j, 1],
+                                                 acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+                    for q in range(4):
+                        acc[i, j, q] = d[q]
+
+    @cuda.jit(**({"max_registers": MAXREG} if MAXREG else {}))
+    def matmul_mma_tiled_kernel(a, b, c):
+        """C = A @ B on the tensor cores, float32 accumulation: a block computes a BM × BN tile of C, each
+        of its warps a WM × WN piece of it as MI × NI mma.sync tiles held in registers. Slices of A and B
+        (BK wide) travel to shared memory in 16-byte chunks with cp.async, STAGES of them in flight; the
+        warps read their fragments from there (ldmatrix for 16-bit inputs, 4-byte loads for TF32).
+
+        Memory: A is read N/BN times and B M/BM times from global memory, in coalesced 16-byte chunks
+        that skip the registers. Each fragment value is read from shared memory once per warp that needs
+        it: (WM + WN)·BK values per warp per stage for 2·WM·WN·BK FLOPs. With SWIZZLE the chunks of each
+        row are permuted (XOR with a function of the row), so every ldmatrix phase and fragment load is
+        conflict-free; without it, 8 rows at one chunk column share bank groups.
+        Launch: 2-D grid (N/BN, M/BM), THREADS threads; M % BM == N % BN == K % BK == 0 (the launcher
+        checks); 16-byte aligned rows (K and N multiples of 8 16-bit or 4 float32 values).
+        """
+        a_s = cuda.shared.array(A_SMEM, dtype=SMEM_TYPE)
+        b_s = cuda.shared.array(B_SMEM, dtype=SMEM_TYPE)
+        tid = cuda.threadIdx.x
+        lane, warp = tid % WARP, tid // WARP
+        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        wrow, wcol = (warp // WARPS_N) * WM, (warp % WARPS_N) * WN
+        acc = cuda.local.array((MI, NI, 4), float32)
+        for i in range(MI):
+            for j in range(NI):
+                for q in range(4):
+                    acc[i, j, q] = 0.0
+        af = cuda.local.array((MI, 4), np.uint32)
+        bf = cuda.local.array((NI, 2), np.uint32)
+        af32 = cuda.local.array((MI, 4), float32)
+        bf32 = cuda.local.array((NI, 2), float32)
+        k_tiles = a.shape[1] // BK
+        for s in range(STAGES - 1):                 # fill the pipeline (no-op with one stage)
+            if s < k_tiles:
+                load_stage(a, b, a_s, b_s, s, row0, col0, s * BK, tid)
+            mma.cp_async_commit()
+        for kt in range(k_tiles):
+            stage = kt % STAGES
+            if ASYNC:
+                mma.cp_async_wait_group(WAIT)       # this stage's copies have landed (for this thread) ...
+                cuda.syncthreads()                  # ... and for every thread; the stage read last is free
+                nxt = kt + STAGES - 1
+                if nxt < k_tiles:
+                    load_stage(a, b, a_s, b_s, nxt % STAGES, row0, col0, nxt * BK, tid)
+                mma.cp_async_commit()               # an empty group at the tail keeps the count in step
+            else:
+                load_stage(a, b, a_s, b_s, 0, row0, col0, kt * BK, tid)
+                cuda.syncthreads()
+            a_base, b_base = stage * A_STAGE, stage * B_STAGE
+            mma_step(a_s, b_s, a_base, b_base, 0, acc, af, bf, af32, bf32, wrow, wcol, lane)   # BK = 2 steps
+            mma_step(a_s, b_s, a_base, b_base, KS, acc, af, bf, af32, bf32, wrow, wcol, lane)
+            if not ASYNC:
+                cuda.syncthreads()                  # everyone is done with the stage before it is refilled
+        for i in range(MI):
+            for j in range(NI):
+                _store_c(c, row0 + wrow + i * TILE_M, col0 + wcol + j * TILE_N, lane,
+                         acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+
+    kernel = quiet(matmul_mma_tiled_kernel)
+    _TILED_KERNELS[key] = kernel, THREADS
+    return kernel, THREADS
+
+
+def launch_mma_tiled(kind, a, b, c, cfg, where="matmul_mma_tiled"):
+    """Check shapes against the configuration and launch its kernel."""
+    m, n, k = _check_operands(where, kind, a, b, c)
+    bk = BK_BYTES // (4 if kind == "tf32" else 2)
+    if m % cfg["BM"] or n % cfg["BN"] or k % bk:
+        raise ValueError(f"{where}: needs M % {cfg['BM']} == N % {cfg['BN']} == K % {bk} == 0, got M={m}, "
+                         f"N={n}, K={k} (this rung has no edge handling)")
+    kernel, threads = make_mma_tiled_kernel(kind, **cfg)
+    kernel[(n // cfg["BN"], m // cfg["BM"]), threads](a, b, c)
+
+
 # --- baselines: cuBLAS through torch ------------------------------------------------------------------
 def _torch_matmul_tf32(a, b, c):
     """torch.matmul with TF32 tensor cores on."""
@@ -369,31 +615,158 @@ def matmul_flops(size) -> int:
     return 2 * m * n * k
 
 
-RUNGS = {
-    "tf32": [Rung("matmul_mma_global_tf32", matmul_mma_global_tf32, "one warp per 16×8 tile, from global")],
-    "f16": [Rung("matmul_mma_global_f16", matmul_mma_global_f16, "one warp per 16×8 tile, from global"),
-            Rung("matmul_mma_ldmatrix_f16", matmul_mma_ldmatrix_f16, "32×16 block tiles in shared, ldmatrix")],
-    "bf16": [Rung("matmul_mma_global_bf16", matmul_mma_global_bf16, "one warp per 16×8 tile, from global"),
-             Rung("matmul_mma_ldmatrix_bf16", matmul_mma_ldmatrix_bf16, "32×16 block tiles in shared, ldmatrix")],
+# Rungs 2-5 are configurations of make_mma_tiled_kernel, one idea added per rung.
+SMALL_TILES = dict(BM=32, BN=16, WM=16, WN=8)           # rung 1's tiles: 4 warps, one mma tile each
+RUNG_CONFIGS = {
+    "shared": tiled_config(**SMALL_TILES, STAGES=1, SWIZZLE=False, ASYNC=False),  # TF32's rung 1
+    "pipeline": tiled_config(**SMALL_TILES, STAGES=3, SWIZZLE=False),           # + cp.async, 3 stages
+    "warptile": tiled_config(128, 128, 64, 32, 3, False),                       # + 64×32 warp tiles
+    "swizzle": tiled_config(128, 128, 64, 32, 3, True),                         # + XOR-swizzled tiles
 }
+# The autotuner's candidates (all swizzled): block tiles of 64-256, warp tiles of 32-64, 2-4 stages, every
+# one within 48 KiB of static shared memory; one capped at 128 registers (2 blocks of 8 warps per SM
+# instead of 1, if ptxas manages without spilling).
+TUNE_SPACE = [tiled_config(bm, bn, wm, wn, s, True) for bm, bn, wm, wn, s in [
+    (128, 128, 64, 32, 3), (128, 128, 32, 64, 3), (128, 128, 64, 64, 3), (128, 64, 64, 32, 4),
+    (64, 128, 32, 64, 4), (128, 256, 64, 64, 2)]] + [tiled_config(128, 128, 64, 32, 3, True, MAXREG=128)]
+TUNE_SIZE = 4096
+TUNE_CHECK_SIZE = (256, 256, 128)                       # every candidate is checked here before it is timed
+AUTOTUNE_FILE = lib.DATA / "results" / f"{CHAPTER}.autotune.csv"
+_SWEEP: dict = {}                                       # kind -> this process's sweep rows, once run
+
+
+def autotune(kind: str, size: int = TUNE_SIZE, space=TUNE_SPACE) -> list[dict]:
+    """Compile, check and time every configuration of `space` for `kind` at size³ on this GPU. A candidate
+    that fails its check at TUNE_CHECK_SIZE, or cannot compile or launch, gets no time. The fastest checked
+    one has winner=True; the rows are kept for this process (the autotuned rung and record_extra share them)."""
+    import math
+
+    from lib.check import compare
+    from lib.timing import time_cuda
+
+    if lib.SIMULATOR:
+        raise RuntimeError("autotune needs a GPU: on the simulator nothing can be timed")
+    rng = np.random.default_rng(1)
+    check_inputs = _inputs(kind)(TUNE_CHECK_SIZE, rng)
+    expected = _reference(kind)(*check_inputs)
+    tol = matmul_tolerance(kind)(*check_inputs, expected)
+    d_check = [cuda.to_device(x) for x in check_inputs] + [cuda.device_array(expected.shape, np.float32)]
+    d_big = [cuda.to_device(x) for x in _inputs(kind)((size, size, size), rng)]
+    d_big.append(cuda.device_array((size, size), np.float32))
+    rows = []
+    for cfg in space:
+        row = dict(kind=kind, config=tiled_label(cfg), **cfg, checked=False, median_ms=math.nan,
+                   tflops=math.nan, error="")
+        try:
+            d_check[2].copy_to_device(np.full(expected.shape, np.nan, np.float32))
+            launch_mma_tiled(kind, *d_check, cfg)
+            cuda.synchronize()
+            kernel, threads = make_mma_tiled_kernel(kind, **cfg)
+            row.update(kernel_resources(kernel, threads))
+            bad = compare(d_check[2].copy_to_host(), expected, tol.rtol, tol.atol, tol.scale)
+            if bad is not None:
+                row["error"] = "check failed: " + bad.describe()
+            else:
+                row["checked"] = True
+                timing = time_cuda(lambda: launch_mma_tiled(kind, *d_big, cfg), flops=2 * size ** 3, reps=10)
+                row["median_ms"], row["tflops"] = round(timing.median_ms, 5), round(timing.tflops, 2)
+        except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile or launch is recorded
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+    timed = [r for r in rows if r["checked"]]
+    if not timed:
+        raise RuntimeError(f"autotune {kind}: no configuration passed its check")
+    best = min(timed, key=lambda r: r["median_ms"])
+    for r in rows:
+        r["winner"] = r is best
+    _SWEEP[kind] = rows
+    return rows
+
+
+def recorded_tuned_config(kind: str) -> dict:
+    """The winner of `kind`'s sweep recorded on the reference GPU (the swizzle rung's if none is recorded)."""
+    if AUTOTUNE_FILE.exists():
+        with open(AUTOTUNE_FILE) as f:
+            for r in csv.DictReader(line for line in f if not line.startswith("#")):
+                if r["kind"] == kind and r["winner"] == "True":
+                    return {key: (r[key] == "True") if key in ("SWIZZLE", "ASYNC") else int(float(r[key]))
+                            for key in RUNG_CONFIGS["swizzle"]}
+    return dict(RUNG_CONFIGS["swizzle"])
+
+
+def tuned_config(kind: str) -> dict:
+    """The autotuned rung's configuration: this process's sweep (run now on a GPU if there is none yet);
+    on the simulator the winner recorded on the reference GPU."""
+    if lib.ON_GPU and kind not in _SWEEP:
+        autotune(kind)
+    if kind in _SWEEP:
+        best = next(r for r in _SWEEP[kind] if r["winner"])
+        return {key: best[key] for key in RUNG_CONFIGS["swizzle"]}
+    return recorded_tuned_config(kind)
+
+
+def kernel_resources(kernel, threads: int) -> dict:
+    """Registers, local memory (spills), shared memory and resident blocks per SM of a compiled kernel (GPU)."""
+    regs, local = int(_one(kernel.get_regs_per_thread())), int(_one(kernel.get_local_mem_per_thread()))
+    smem = int(_one(kernel.get_shared_mem_per_block()))
+    dev = cuda.get_current_device()
+    per_sm = min(dev.MAX_THREADS_PER_MULTIPROCESSOR // threads,
+                 dev.MAX_REGISTERS_PER_MULTIPROCESSOR // (max(regs, 1) * threads),
+                 dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR // smem if smem else 32)
+    return dict(registers=regs, local_bytes=local, smem_bytes=smem, threads=threads, blocks_per_sm=per_sm)
+
+
+def _tiled_rung(kind: str, name: str, config, note: str) -> Rung:
+    """A rung that launches make_mma_tiled_kernel with `config` (a dict, or a function of the kind)."""
+    def run(a, b, c):
+        cfg = config(kind) if callable(config) else config
+        launch_mma_tiled(kind, a, b, c, cfg, where=f"{name}_{kind}")
+    run.__name__ = f"{name}_{kind}"
+    return Rung(f"{name}_{kind}", run, note)
+
+
+def _rungs(kind):
+    """(small-tile rungs, large-tile rungs) of one kind, in ladder order."""
+    rung1 = (_tiled_rung(kind, "matmul_mma_shared", RUNG_CONFIGS["shared"], "32×16 block tiles in shared")
+             if kind == "tf32" else
+             Rung(f"matmul_mma_ldmatrix_{kind}", globals()[f"matmul_mma_ldmatrix_{kind}"],
+                  "32×16 block tiles in shared, ldmatrix"))
+    small = [Rung(f"matmul_mma_global_{kind}", globals()[f"matmul_mma_global_{kind}"],
+                  "one warp per 16×8 tile, from global"),
+             rung1,
+             _tiled_rung(kind, "matmul_mma_pipeline", RUNG_CONFIGS["pipeline"], "+ cp.async, 3 stages")]
+    large = [_tiled_rung(kind, "matmul_mma_warptile", RUNG_CONFIGS["warptile"], "128×128 blocks, 64×32 warps"),
+             _tiled_rung(kind, "matmul_mma_swizzle", RUNG_CONFIGS["swizzle"], "+ XOR-swizzled shared tiles"),
+             _tiled_rung(kind, "matmul_mma_autotuned", tuned_config, "the sweep's fastest configuration")]
+    return small, large
+
+
+RUNGS = {kind: sum(_rungs(kind), []) for kind in K_STEP}
 BASELINES = {
     "tf32": [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "cuBLAS, TF32 on")],
     "f16": [Baseline("torch.matmul.fp16", _torch_mm_b16("float16"), "cuBLAS, fp16 in, fp32 out")],
     "bf16": [Baseline("torch.matmul.bf16", _torch_mm_b16("bfloat16"), "cuBLAS, bf16 in, fp32 out")],
 }
 SIZES = [(4096, 4096, 4096)]
-SIM_SIZES = [(32, 32, 32)]      # rung 0: 8 warps; rung 1: 2 blocks of 4 warps; 2 (16-bit) or 4 (TF32) k-steps
+# On the simulator: the small-tile rungs at 32 × 16 × 64 (rung 0: 4 warps; rungs 1-2: one block of 4 warps; the
+# 3-stage ring wraps for TF32), the large-tile ones at one 128 × 128 block with K = 32. Every lane, stage
+# slot and swizzled chunk is exercised; small enough for CI (tests/test_tensorcores.py goes deeper in K).
+SIM_SIZES = {"small": [(32, 16, 64)], "large": [(128, 128, 32)]}
 
 
-def _ladder(kind):
-    return Ladder(chapter=CHAPTER, topic=f"{kind} 4096", description=f"C = A @ B, {kind} inputs, float32 out",
+def _ladder(kind, group, rungs, baselines):
+    return Ladder(chapter=CHAPTER, topic=f"{kind} 4096 ({group} tiles)",
+                  description=f"C = A @ B, {kind} inputs, float32 out",
                   make_inputs=_inputs(kind), out_shape=lambda a, b: (a.shape[0], b.shape[1]),
                   reference=_reference(kind), bytes=matmul_bytes(kind), flops=matmul_flops, unit="TFLOP/s",
-                  sizes=SIZES, sim_sizes=SIM_SIZES, rungs=RUNGS[kind], baselines=BASELINES[kind],
+                  sizes=SIZES, sim_sizes=SIM_SIZES[group], rungs=rungs, baselines=baselines,
                   tolerance=matmul_tolerance(kind))
 
 
-LADDERS = [_ladder(kind) for kind in ("tf32", "f16", "bf16")]
+# Per kind: a ladder of the small-tile rungs with the cuBLAS baseline, then one of the large-tile rungs.
+LADDERS = [ladder for kind in K_STEP
+           for ladder in (_ladder(kind, "small", _rungs(kind)[0], BASELINES[kind]),
+                          _ladder(kind, "large", _rungs(kind)[1], []))]
 
 
 # --- recordings that are not a ladder: the ceiling ----------------------------------------------------
@@ -443,9 +816,91 @@ def record_ceiling(folder: Path, chains_list=CEILING_CHAINS) -> Path:
     return path
 
 
+SASS_OPS = ("HMMA", "LDSM", "LDS", "LDGSTS", "LDG", "BAR", "LDL", "STL")
+
+
+def sass_counts(sass: str) -> dict:
+    """Static counts of SASS instruction kinds (HMMA: tensor-core MMAs; LDSM: ldmatrix; LDGSTS: cp.async;
+    LDL/STL: local memory, i.e. spills). Never-executed placeholders (@!PT) are not counted."""
+    counts = dict.fromkeys(SASS_OPS, 0)
+    for line in sass.splitlines():
+        parts = line.split("*/")
+        if len(parts) < 2 or not parts[1].strip():
+            continue
+        words = parts[1].strip().rstrip(";").split()
+        if words[0] == "@!PT":
+            continue
+        op = (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+        if op in counts:
+            counts[op] += 1
+    return counts
+
+
+def _write_csv(path: Path, rows: list[dict], header: str):
+    from lib.results import environment
+
+    env = environment()
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as f:
+        f.write(f"# {header}; device {env['device']}, numba-cuda {env['numba_cuda']}, date {env['date']}\n")
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _rung_kernels(kind):
+    """(rung name, dispatcher, threads per block) of every rung of `kind` at its configuration."""
+    out = [(f"matmul_mma_global_{kind}", globals()[f"matmul_mma_global_{kind}_kernel"], WARPS_PER_BLOCK * WARP)]
+    if kind != "tf32":
+        out.append((f"matmul_mma_ldmatrix_{kind}", globals()[f"matmul_mma_ldmatrix_{kind}_kernel"], THREADS1))
+    configs = dict(RUNG_CONFIGS, autotuned=tuned_config(kind))
+    for name, cfg in configs.items():
+        if name == "shared" and kind != "tf32":
+            continue
+        out.append((f"matmul_mma_{name}_{kind}", *make_mma_tiled_kernel(kind, **cfg)))
+    return out
+
+
 def record_extra(folder: Path) -> list[Path]:
-    """On the GPU: the register-only mma.sync ceiling (tensorcores.mma_ceiling.csv)."""
-    return [record_ceiling(folder)]
+    """On the GPU: the register-only mma.sync ceiling (tensorcores.mma_ceiling.csv), the autotune sweeps
+    (tensorcores.autotune.csv), and every rung's registers, spills, shared memory and SASS counts
+    (tensorcores.kernels.csv). Each rung is checked again at 256 × 256 × 128 before its resources are
+    recorded, so nothing unchecked is."""
+    from lib.check import compare
+
+    folder = Path(folder)
+    paths = [record_ceiling(folder)]
+    sweep = [row for kind in K_STEP for row in (_SWEEP.get(kind) or autotune(kind))]
+    paths.append(folder / f"{CHAPTER}.autotune.csv")
+    _write_csv(paths[-1], sweep, f"autotune sweep of make_mma_tiled_kernel at {TUNE_SIZE}³")
+    rows = []
+    for kind in K_STEP:
+        inputs = _inputs(kind)((256, 256, 128), np.random.default_rng(2))
+        expected = _reference(kind)(*inputs)
+        tol = matmul_tolerance(kind)(*inputs, expected)
+        d = [cuda.to_device(x) for x in inputs] + [cuda.device_array(expected.shape, np.float32)]
+        for rung, (name, kernel, threads) in zip(RUNGS[kind], _rung_kernels(kind)):
+            assert rung.name == name, (rung.name, name)
+            d[2].copy_to_device(np.full(expected.shape, np.nan, np.float32))
+            rung.run(*d)
+            cuda.synchronize()
+            bad = compare(d[2].copy_to_host(), expected, tol.rtol, tol.atol, tol.scale)
+            if bad is not None:
+                raise AssertionError(f"{name} failed its check before its resources were recorded: {bad.describe()}")
+            sass = _one(kernel.inspect_sass())
+            rows.append(dict(kind=kind, kernel=name, **kernel_resources(kernel, threads), **sass_counts(sass)))
+    paths.append(folder / f"{CHAPTER}.kernels.csv")
+    _write_csv(paths[-1], rows, "per-rung resources and static SASS instruction counts")
+    return paths
+
+
+def load_extra(name: str, folder: Path | None = None):
+    """A recorded extra table (name: 'autotune' or 'kernels') as a DataFrame."""
+    import pandas as pd
+
+    from lib.results import RESULTS
+
+    return pd.read_csv(Path(folder or RESULTS) / f"{CHAPTER}.{name}.csv", comment="#")
 
 
 def load_ceiling(folder: Path | None = None):

@@ -346,7 +346,6 @@ def _gpu_intrinsics():
     from numba.cuda.extending import intrinsic
 
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-    to_shared = "{ .reg .u64 ga; .reg .u32 sa; cvta.to.shared.u64 ga, $%d; cvt.u32.u64 sa, ga; %s }"
 
     def as_u32(context, builder, value, ty):
         if isinstance(ty, types.Integer):
@@ -357,6 +356,17 @@ def _gpu_intrinsics():
         data = context.make_array(array_type)(context, builder, value=array).data
         index = context.cast(builder, index, index_type, types.intp)
         return builder.ptrtoint(builder.gep(data, [index]), i64)
+
+    def shared_address(context, builder, array_type, array, index, index_type):
+        """The 32-bit shared-window address of array[index]: the array's base is converted once (a pure
+        asm that LLVM hoists out of loops) and the offset is 32-bit arithmetic, so a kernel's address
+        maths does not run in 64-bit generic addresses."""
+        data = context.make_array(array_type)(context, builder, value=array).data
+        base = builder.asm(ir.FunctionType(i32, [i64]), "{ .reg .u64 ga; cvta.to.shared.u64 ga, $1; "
+                           "cvt.u32.u64 $0, ga; }", "=r,l", [builder.ptrtoint(data, i64)], False, "smem_base")
+        index = builder.trunc(context.cast(builder, index, index_type, types.intp), i32)
+        itemsize = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
+        return builder.add(base, builder.mul(index, ir.Constant(i32, itemsize)))
 
     def mma(shape: str, ptx: str, n_a: int, n_b: int):
         @intrinsic
@@ -399,12 +409,12 @@ def _gpu_intrinsics():
                 return None
 
             def codegen(context, builder, sig, args):
-                address = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                address = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
                 outs = ",".join(f"${k}" for k in range(count))
-                text = to_shared % (count, f"{ptx} {{{outs}}}, [sa];")
+                text = f"{ptx} {{{outs}}}, [${count}];"
                 ret = i32 if count == 1 else ir.LiteralStructType([i32] * count)
-                value = builder.asm(ir.FunctionType(ret, [i64]), text,
-                                    ",".join(["=r"] * count + ["l", "~{memory}"]), [address], True, "ldmatrix")
+                value = builder.asm(ir.FunctionType(ret, [i32]), text,
+                                    ",".join(["=r"] * count + ["r", "~{memory}"]), [address], True, "ldmatrix")
                 if count == 1:
                     return value
                 return context.make_tuple(builder, sig.return_type,
@@ -414,7 +424,7 @@ def _gpu_intrinsics():
         return ldmatrix_intrinsic
 
     def cp_async(nbytes: int, cache: str):
-        ptx = f"cp.async.{cache}.shared.global [sa], [$1], {nbytes};"
+        ptx = f"cp.async.{cache}.shared.global [$0], [$1], {nbytes};"
 
         @intrinsic
         def cp_async_intrinsic(typingctx, dst, dst_index, src, src_index):
@@ -423,10 +433,9 @@ def _gpu_intrinsics():
                 return None
 
             def codegen(context, builder, sig, args):
-                d = element_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                d = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
                 s = element_address(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-                builder.asm(ir.FunctionType(ir.VoidType(), [i64, i64]), to_shared % (0, ptx),
-                            "l,l,~{memory}", [d, s], True)
+                builder.asm(ir.FunctionType(ir.VoidType(), [i32, i64]), ptx, "r,l,~{memory}", [d, s], True)
                 return context.get_dummy_value()
             return types.void(dst, dst_index, src, src_index), codegen
         return cp_async_intrinsic

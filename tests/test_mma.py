@@ -253,12 +253,26 @@ def test_warp_wide_instructions_need_the_whole_warp():
 
 # --- kernels/tensorcores.py on this device's sizes (simulator: small) -------------------------------------
 def test_tensorcore_ladders_pass_their_checks():
-    from kernels.tensorcores import LADDERS
+    """Every rung at its ladder's simulator size, and on a GPU also at a second size with more K tiles than
+    pipeline stages (the autotuned rung at its recorded configuration: no sweep in a test)."""
+    from kernels import tensorcores as tc
     from lib.bench import run_ladder
 
-    for ladder in LADDERS:
-        _, _, failures = run_ladder(ladder, sizes=[(32, 16, 48), (64, 32, 32)], reps=3)
+    for ladder in tc.LADDERS:
+        (m, n, k), = ladder.sim_sizes
+        sizes = ladder.sim_sizes + ([(2 * m, 2 * n, 8 * k)] if lib.ON_GPU else [])
+        only = [r.name for r in ladder.rungs if not (lib.ON_GPU and "autotuned" in r.name)]
+        _, _, failures = run_ladder(ladder, sizes=sizes, reps=3, only=only)
         assert failures == [], f"{ladder.topic}: {failures}"
+    if lib.ON_GPU:
+        for kind in tc.K_STEP:
+            cfg = tc.recorded_tuned_config(kind)
+            inputs = tc._inputs(kind)((256, 256, 256), np.random.default_rng(3))
+            c = np.full((256, 256), np.nan, np.float32)
+            tc.launch_mma_tiled(kind, *inputs, c, cfg)
+            tol = tc.matmul_tolerance(kind)(*inputs, None)
+            expected = tc._reference(kind)(*inputs)
+            assert (np.abs(c - expected) <= tol.rtol * tol.scale).all(), f"autotuned {kind} {cfg}"
 
 
 def test_rung_refuses_shapes_it_cannot_tile():
