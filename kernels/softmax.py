@@ -38,15 +38,16 @@ VECTOR_QUADS = (1, 2, 4, 8)           # float4s per lane per row the short-row k
 VECTOR_MAX_COLS = WARP * VECTOR * VECTOR_QUADS[-1]  # 1024: longer rows go to softmax_on_chip
 SHARED_THREADS = 512                  # threads of the registers + shared memory kernel (16 warps)
 SHARED_WARPS = SHARED_THREADS // WARP
-SHARED_REG_ITEMS = 64                 # values per thread it keeps in registers (at most 128 registers at 512)
-SHARED_ITEMS = (0, 32, 64, 96)        # values per thread it can keep in shared memory: 0 to 192 KB a block
-SHARED_MAX_COLS = SHARED_THREADS * (SHARED_REG_ITEMS + SHARED_ITEMS[-1])  # 81920
+SHARED_REG_ITEMS = 32                 # values per thread it keeps in registers (chosen by measurement)
+SHARED_ITEMS = (32, 64, 96)           # values per thread it can keep in shared memory: 64 to 192 KB a block
+SHARED_MAX_COLS = SHARED_THREADS * (SHARED_REG_ITEMS + SHARED_ITEMS[-1])  # 65536
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
 ONE = float32(1.0)
 
 assert ROW_THREADS % WARP == 0 and ROW_WARPS <= WARP, "a block is whole warps, at most 32 of them"
 assert SHARED_THREADS % WARP == 0 and SHARED_WARPS <= WARP, "a block is whole warps, at most 32 of them"
+assert SHARED_THREADS * SHARED_REG_ITEMS == ON_CHIP_MAX_COLS, "the shared kernel takes over where registers end"
 
 
 # --- the merge operator and its reductions ----------------------------------------------------------
@@ -465,12 +466,11 @@ _SHARED_KERNELS: dict = {}
 
 
 def on_chip_shared_kernel(cols: int, threads: int = SHARED_THREADS, reg_items: int = SHARED_REG_ITEMS):
-    """(kernel, dynamic shared bytes) for `cols`: registers first (the fewest of ON_CHIP_ITEMS up to
-    reg_items that hold the row), then the fewest of SHARED_ITEMS that hold the rest."""
-    regs = [k for k in ON_CHIP_ITEMS if k <= reg_items]
-    fits = [(k, 0) for k in regs] + [(reg_items, s) for s in SHARED_ITEMS if s]
-    items, shared = next(((k, s) for k, s in fits if threads * (k + s) >= cols), (None, None))
-    if items is None:
+    """(kernel, dynamic shared bytes) for `cols`: reg_items values per thread in registers and the fewest of
+    SHARED_ITEMS per thread in shared memory that hold the rest."""
+    shared = next((s for s in SHARED_ITEMS if threads * (reg_items + s) >= cols), None)
+    items = reg_items
+    if shared is None:
         raise ValueError(f"softmax_on_chip_shared: a row of {cols} floats does not fit "
                          f"{threads} x ({reg_items} + {SHARED_ITEMS[-1]})")
     key = (items, shared, threads)
@@ -556,9 +556,14 @@ def softmax_warp_vector(x, out, rows_per_warp: int = VECTOR_ROWS_PER_WARP):
 
 def softmax_on_chip_shared(x, out, threads: int = SHARED_THREADS, reg_items: int = SHARED_REG_ITEMS):
     """Single-read softmax for rows up to SHARED_MAX_COLS: a block of SHARED_THREADS per row holds the row
-    in registers, and in shared memory what the registers cannot; longer rows go to softmax_online."""
+    in registers, and in shared memory what the registers cannot. Rows that the registers hold alone
+    (≤ threads·reg_items = ON_CHIP_MAX_COLS) go to softmax_on_chip, longer ones than SHARED_MAX_COLS to
+    softmax_online — the ladder's table says which ran."""
     rows, cols = _checked(x, out, "softmax_on_chip_shared")
     if not (rows and cols):
+        return
+    if cols <= threads * reg_items:
+        softmax_on_chip(x, out)
         return
     if cols > threads * (reg_items + SHARED_ITEMS[-1]):
         softmax_online_kernel[rows, ROW_THREADS](x, out)
@@ -640,7 +645,8 @@ LADDERS = [
                     f"{VECTOR_ROWS_PER_WARP} rows per warp in registers, 16-byte loads, 1 read "
                     f"(rows > {VECTOR_MAX_COLS}: on_chip)"),
                Rung("softmax_on_chip_shared_kernel", softmax_on_chip_shared,
-                    f"{SHARED_THREADS} threads per row, registers + shared memory, 1 read")],
+                    f"{SHARED_THREADS} threads per row, registers + shared memory, 1 read "
+                    f"(rows ≤ {ON_CHIP_MAX_COLS}: on_chip)")],
         baselines=[Baseline("torch.softmax", _torch_softmax, "torch.softmax(x, 1, out=out)")],
         tolerance=softmax_tolerance,
     ),

@@ -117,20 +117,27 @@ def test_on_chip_shared_kernel_small_blocks(reg_items, shared_items):
         assert_softmax(d_out.copy_to_host(), x)
 
 
-def test_on_chip_shared_picks_registers_first_then_shared_memory():
-    assert sm.on_chip_shared_kernel(300)[1] == 0                      # one value per thread, no shared
-    kernel, nbytes = sm.on_chip_shared_kernel(65536)                  # 512 x (64 + 64): 128 KB shared
-    assert nbytes == 4 * sm.SHARED_THREADS * 64 and sm._SHARED_KERNELS[(64, 64, sm.SHARED_THREADS)] is kernel
-    assert sm.on_chip_shared_kernel(sm.SHARED_MAX_COLS)[1] == 4 * sm.SHARED_THREADS * sm.SHARED_ITEMS[-1]
+def test_on_chip_shared_picks_the_fewest_shared_values_that_hold_the_row():
+    assert sm.on_chip_shared_kernel(sm.ON_CHIP_MAX_COLS + 1)[1] == 4 * sm.SHARED_THREADS * sm.SHARED_ITEMS[0]
+    kernel, nbytes = sm.on_chip_shared_kernel(65536)                  # 512 x (32 + 96): 192 KB shared
+    assert nbytes == 4 * sm.SHARED_THREADS * 96 and sm._SHARED_KERNELS[(32, 96, sm.SHARED_THREADS)] is kernel
     with pytest.raises(ValueError, match="does not fit"):
         sm.on_chip_shared_kernel(sm.SHARED_MAX_COLS + 1)
 
 
-def test_on_chip_shared_launcher_uses_shared_memory_and_falls_back_beyond_it():
-    x = hard_rows(3, 300, seed=7)  # 64 threads x (2 registers + 32 shared): the shared path via the launcher
-    assert_softmax(run(lambda a, b: sm.softmax_on_chip_shared(a, b, threads=64, reg_items=2), x), x)
+def test_on_chip_shared_launcher_uses_shared_memory_and_hands_over_outside_it(monkeypatch):
+    calls = []
+    on_chip = sm.softmax_on_chip
+    monkeypatch.setattr(sm, "softmax_on_chip", lambda a, b: calls.append("on_chip") or on_chip(a, b))
+    launch = lambda a, b: sm.softmax_on_chip_shared(a, b, threads=64, reg_items=2)  # noqa: E731
+    x = hard_rows(3, 300, seed=7)     # 64 threads x (2 registers + 32 shared): the shared path
+    assert_softmax(run(launch, x), x)
+    assert calls == []
+    x = hard_rows(3, 100, seed=8)     # 100 <= 64 x 2: registers alone hold it, softmax_on_chip runs
+    assert_softmax(run(launch, x), x)
+    assert calls == ["on_chip"]
     x = np.random.default_rng(6).normal(0, 3, (1, 64 * (2 + sm.SHARED_ITEMS[-1]) + 1)).astype(np.float32)
-    assert_softmax(run(lambda a, b: sm.softmax_on_chip_shared(a, b, threads=64, reg_items=2), x), x)
+    assert_softmax(run(launch, x), x)  # longer than 64 x (2 + 96): the online kernel
 
 
 def test_on_chip_falls_back_beyond_registers():
