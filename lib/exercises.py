@@ -446,9 +446,16 @@ def _sum_of_squares_tolerance(x, expected, launch=None):
 HEAD_EVERY = 48  # a segment starts at about one element in this many: many segments cross a 128- or 256-wide tile
 
 
+def _sixty_fourths(rng, n):
+    """Multiples of 1/64 in [-1, 1]: every partial sum of up to 2^24 of them is exact in float32 (|sum| stays
+    far below 2^18), so a scan's result does not depend on the order of its additions and a known mistake's
+    output equals its float64 model exactly, whatever order the student's kernel adds in."""
+    return (rng.integers(-64, 65, size=n) / 64).astype(np.float32)
+
+
 def _segmented_inputs(size, rng):
     (n,) = size
-    return _uniform(rng, (n,)), (rng.random(n) < 1.0 / HEAD_EVERY).astype(np.float32)
+    return _sixty_fourths(rng, n), (rng.random(n) < 1.0 / HEAD_EVERY).astype(np.float32)
 
 
 def _segment_starts(flags):
@@ -546,7 +553,8 @@ TF32_U = 2.0 ** -11  # unit roundoff of TF32 (10 explicit mantissa bits), the ro
 
 
 def _mma_tile_inputs(size, rng):
-    """A batch of tiles: a (tiles, 16, 8) and b (tiles, 8, 8), uniform in [-0.5, 0.5]."""
+    """A batch of tiles: a (tiles, 16, 8) and b (tiles, 8, 8), uniform in [-0.5, 0.5] (small enough that a
+    wrong answer is far outside the TF32 tolerance)."""
     (tiles,) = size
     return _uniform(rng, (tiles, 16, 8), -0.5, 0.5), _uniform(rng, (tiles, 8, 8), -0.5, 0.5)
 
@@ -555,8 +563,8 @@ def _mma_tile_tolerance(a, b, expected, launch=None):
     """Each operand rounded to TF32 (2^-11 relative), so each product to within 2·2^-11 (plus a second-order
     term), then float32 sums of 8 products: relative to |a| @ |b|."""
     a, b = _f64(a, b)
-    return Tolerance(rtol=2.1 * TF32_U + k_scaled_rtol(a.shape[2]), scale=np.abs(a) @ np.abs(b),
-                     note="TF32 operands (2^-11 each) and 8 float32 additions, relative to |a| @ |b|")
+    return Tolerance(rtol=2.1 * TF32_U + k_scaled_rtol(a.shape[2]), scale=np.abs(a) @ np.abs(b).transpose(0, 2, 1),
+                     note="TF32 operands (2^-11 each) and 8 float32 additions, relative to |a| @ |b|.T")
 
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
@@ -689,7 +697,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              reference=_segmented_cumsum, tolerance=_segmented_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("scan_reverse", "scan_reverse(x, out)", "out[i] = x[i] + x[i + 1] + ... + x[n - 1] (suffix sums)",
-             make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
+             make_inputs=lambda size, rng: (_sixty_fourths(rng, size[0]),), out_shape=lambda x: x.shape,
              reference=lambda x: np.cumsum(np.asarray(x, np.float64)[::-1])[::-1].copy(),
              tolerance=_scan_reverse_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
@@ -709,10 +717,11 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              gpu_cases=((1, 1, 64), (1, 45, 64), (17, 45, 64), (1000, 1531, 64), (2048, 2048, 128)),
              time_limit_s=120.0),
     Exercise("mma_tile", "mma_tile(a, b, out)",
-             "out[t] = a[t] @ b[t] for a batch of tiles a (T, 16, 8) and b (T, 8, 8): one warp per tile, one "
+             "out[t] = a[t] @ b[t].T for a batch of tiles a (T, 16, 8) and b (T, 8, 8) (row n of b[t] is "
+             "column n of the product's B, as K is in Q @ K.T): one warp per tile, one "
              "lib.mma.mma_m16n8k8_tf32 each, the fragments loaded and stored by the PTX layouts",
              make_inputs=_mma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 16, 8),
-             reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+             reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64).transpose(0, 2, 1),
              tolerance=_mma_tile_tolerance, grow=_grow_dims(0),
              sim_cases=((1,), (3,), (37,)), gpu_cases=((1,), (37,), (100_003,))),
 ]}

@@ -1,5 +1,6 @@
-"""Known-wrong answers to the attention chapter's exercises: attention(q, k, v, out) and
-attention_tile_update(m, l, o, s, v, out)."""
+"""Known-wrong answers to the attention chapter's exercises, causal_attention(q, k, v, out) and
+attention_tile_update(m, l, o, s, v, out), and to attention(q, k, v, out), which no page asks for any more but
+the grader still knows (lib.exercises.RETIRED)."""
 from __future__ import annotations
 
 import math
@@ -157,7 +158,120 @@ def _update64(m, l, o, s, v, guard_empty=True, use_m=True, rescale=True, swap_ml
     return np.concatenate([first[:, None], second[:, None], acc], axis=1)
 
 
+
+# --- causal_attention ------------------------------------------------------------------------------------------
+RIGHT_MASK, NO_MASK, TOP_LEFT, DIAGONAL_MASKED, MASKED_AS_ZERO = 0, 1, 2, 3, 4
+
+
+@cuda.jit
+def causal_row(q, k, v, out, mask):
+    """One query row per thread, softmax in two passes (max, then sum and output) over the keys that the mask
+    lets through: RIGHT_MASK j <= n - m + i; NO_MASK every key; TOP_LEFT j <= i (the mask aligned to the first
+    query instead of the last); DIAGONAL_MASKED j < n - m + i; MASKED_AS_ZERO the right keys, and every hidden
+    key with a score of 0 instead of -inf.
+
+    Memory: each thread reads all of k and v twice (uncoalesced across threads; the chapter's first rung).
+    Launch: 1-D, one thread per query row.
+    """
+    i = cuda.grid(1)
+    if i >= q.shape[0]:
+        return
+    d = q.shape[1]
+    n = k.shape[0]
+    last = n - q.shape[0] + i        # the last key this query may see
+    if mask == TOP_LEFT:
+        last = i
+    elif mask == DIAGONAL_MASKED:
+        last -= 1
+    elif mask == NO_MASK:
+        last = n - 1
+    keys = n if mask == MASKED_AS_ZERO else min(last + 1, n)
+    scale = float32(1.0) / math.sqrt(float32(d))
+    m = float32(-math.inf)
+    for j in range(keys):
+        s = float32(0.0)
+        if j <= last:
+            for c in range(d):
+                s += q[i, c] * k[j, c]
+        m = max(m, s * scale)
+    o = cuda.local.array(MAX_D, float32)
+    for c in range(d):
+        o[c] = float32(0.0)
+    l = float32(0.0)
+    for j in range(keys):
+        s = float32(0.0)
+        if j <= last:
+            for c in range(d):
+                s += q[i, c] * k[j, c]
+        p = math.exp(s * scale - m)
+        l += p
+        for c in range(d):
+            o[c] += p * v[j, c]
+    for c in range(d):
+        out[i, c] = o[c] / l
+
+
+def _causal(mask=RIGHT_MASK, fixed=False):
+    def fn(q, k, v, out):
+        grid, threads = (1, FIXED_THREADS) if fixed else ((q.shape[0] + THREADS - 1) // THREADS, THREADS)
+        causal_row[grid, threads](q, k, v, out, mask)
+    return fn
+
+
+def _causal64(q, k, v, visible, zero_hidden=False):
+    """softmax over the visible keys of q @ k.T / sqrt(d), then @ v, in float64; hidden keys get -inf, or a
+    score of 0 with `zero_hidden`; a row with no visible key is 0 / 0 = NaN."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    s = q @ k.T / np.sqrt(q.shape[1])
+    s = np.where(visible, s, 0.0 if zero_hidden else -np.inf)
+    with np.errstate(invalid="ignore"):
+        top = s.max(axis=1, keepdims=True)
+        w = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+        return (w @ v) / w.sum(axis=1, keepdims=True)
+
+
+def _visible(q, k, shift=0, top_left=False):
+    """visible[i, j] for key j and query i: j <= n - m + i + shift (or j <= i with top_left)."""
+    m, n = q.shape[0], k.shape[0]
+    rows = np.arange(m)[:, None] if top_left else (n - m + np.arange(m))[:, None]
+    return np.arange(n)[None, :] <= rows + shift
+
+
+def _causal_rows_covered(q, k, v, launches, fill=np.nan):
+    reach = threads_1d(launches)
+    if reach is None:
+        return None
+    out = unwritten(q.shape, fill)
+    out[:reach] = _causal64(q, k, v, _visible(q, k))[:reach]
+    return out
+
 VARIANTS = {
+    "causal_attention": [
+        Variant("no mask",
+                "every query saw every key: query i may only attend to keys j <= n - m + i (itself and the "
+                "past); leave the later keys out of the max, the sum and the output",
+                lambda q, k, v, launches, fill=np.nan: _causal64(q, k, v, np.ones((q.shape[0], k.shape[0]), bool)),
+                _causal(NO_MASK)),
+        Variant("mask aligned to the first query",
+                "you let query i see keys j <= i: the queries are the last m of the n positions, so query i is "
+                "position n - m + i and sees keys j <= n - m + i (the two agree only when m = n)",
+                lambda q, k, v, launches, fill=np.nan: _causal64(q, k, v, _visible(q, k, top_left=True)),
+                _causal(TOP_LEFT)),
+        Variant("diagonal masked",
+                "a query did not see its own position: the mask is j <= n - m + i, the diagonal included (with "
+                "m = n the first query then has no key at all and divides 0 by 0)",
+                lambda q, k, v, launches, fill=np.nan: _causal64(q, k, v, _visible(q, k, shift=-1)),
+                _causal(DIAGONAL_MASKED)),
+        Variant("hidden scores set to 0",
+                "the hidden keys still carry weight: a score of 0 gives exp(0 - max) > 0; a hidden key's score "
+                "is -inf (or leave it out of the loop)",
+                lambda q, k, v, launches, fill=np.nan: _causal64(q, k, v, _visible(q, k), zero_hidden=True),
+                _causal(MASKED_AS_ZERO)),
+        Variant("launch ignores the size",
+                "query rows past the threads you launched were never computed: size the grid from the number "
+                "of queries",
+                _causal_rows_covered, _causal(fixed=True)),
+    ],
     "attention": [
         Variant("missing 1/sqrt(d)",
                 "the scores were not scaled: softmax(q @ k.T / sqrt(d)), so multiply each dot product by "

@@ -1,4 +1,5 @@
-"""Known-wrong answers to the reduction chapter's exercises: reduce_sum, reduce_max and warp_reduce."""
+"""Known-wrong answers to the reduction chapter's exercises (warp_argmax, sum_of_squares, max_row_sum) and to
+reduce_sum, which no page asks for any more but the grader still knows (lib.exercises.RETIRED)."""
 from __future__ import annotations
 
 import math
@@ -76,33 +77,6 @@ def block_sums_store_out0(x, out):
         out[0] = buf[0]
 
 
-@cuda.jit
-def block_maxes_store_out0(x, out):
-    """As block_sums_store_out0, with max: each block stores its maximum into out[0].
-
-    Memory: each element read once.
-    Launch: 1-D, BLOCK threads (a power of two), any grid.
-    """
-    buf = cuda.shared.array(BLOCK, float32)
-    t = cuda.threadIdx.x
-    per = (x.size + cuda.gridsize(1) - 1) // cuda.gridsize(1)
-    start = cuda.blockIdx.x * BLOCK * per
-    best = float32(-math.inf)
-    for k in range(per):
-        i = start + k * BLOCK + t
-        if i < x.size:
-            best = max(best, x[i])
-    buf[t] = best
-    half = BLOCK // 2
-    while half > 0:
-        cuda.syncthreads()
-        if t < half:
-            buf[t] = max(buf[t], buf[t + half])
-        half //= 2
-    if t == 0:
-        out[0] = buf[0]
-
-
 def _store_out0(kernel):
     def fn(x, out):
         kernel[(x.size + 4 * BLOCK - 1) // (4 * BLOCK), BLOCK](x, out)
@@ -132,27 +106,6 @@ def first_pass_sums(x, partials):
 
 
 @cuda.jit
-def first_pass_maxes(x, partials):
-    """partials[b] = the maximum of block b's elements (one per thread).
-
-    Memory: each element read once, coalesced.
-    Launch: 1-D, SMALL_BLOCK threads, ceil(n / SMALL_BLOCK) blocks.
-    """
-    buf = cuda.shared.array(SMALL_BLOCK, float32)
-    t = cuda.threadIdx.x
-    i = cuda.grid(1)
-    buf[t] = x[i] if i < x.size else float32(-math.inf)
-    half = SMALL_BLOCK // 2
-    while half > 0:
-        cuda.syncthreads()
-        if t < half:
-            buf[t] = max(buf[t], buf[t + half])
-        half //= 2
-    if t == 0:
-        partials[cuda.blockIdx.x] = buf[0]
-
-
-@cuda.jit
 def second_pass_one_block_sum(partials, out):
     """out[0] = partials[0] + ... + partials[SECOND_PASS - 1]: one element per thread of one block, so the
     partials past SECOND_PASS are dropped.
@@ -168,26 +121,6 @@ def second_pass_one_block_sum(partials, out):
         cuda.syncthreads()
         if t < half:
             buf[t] += buf[t + half]
-        half //= 2
-    if t == 0:
-        out[0] = buf[0]
-
-
-@cuda.jit
-def second_pass_one_block_max(partials, out):
-    """out[0] = max(partials[0 .. SECOND_PASS - 1]): the partials past one block's threads are dropped.
-
-    Memory: at most SECOND_PASS partials read.
-    Launch: 1 block of SECOND_PASS threads.
-    """
-    buf = cuda.shared.array(SECOND_PASS, float32)
-    t = cuda.threadIdx.x
-    buf[t] = partials[t] if t < partials.size else float32(-math.inf)
-    half = SECOND_PASS // 2
-    while half > 0:
-        cuda.syncthreads()
-        if t < half:
-            buf[t] = max(buf[t], buf[t + half])
         half //= 2
     if t == 0:
         out[0] = buf[0]
@@ -301,193 +234,248 @@ def _not_zeroed_model(x, launches, fill=np.nan):
     return np.array([float(acc)])
 
 
-# --- reduce_max only -----------------------------------------------------------------------------------------
-@cuda.jit
-def max_zero_identity(x, out):
-    """A grid-stride max that starts from 0 instead of -inf, then one atomic max per thread.
-
-    Memory: each element read once (grid-stride, coalesced); one atomic per thread.
-    Launch: 1-D, any; out holds 0 first (the same wrong identity).
-    """
-    best = float32(0.0)
-    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        best = max(best, x[i])
-    cuda.atomic.max(out, 0, best)
-
-
-def reduce_max_zero_identity(x, out):
-    out.copy_to_device(np.zeros(1, np.float32))
-    max_zero_identity[ATOMIC_BLOCKS, BLOCK](x, out)
-
-
-@cuda.jit
-def max_one_element_per_thread(x, out):
-    """atomic max of x[i] for i = cuda.grid(1): no loop, so elements past the launch are never seen.
-
-    Memory: one read and one atomic per thread launched.
-    Launch: 1-D, any; out must hold -inf first.
-    """
-    i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.max(out, 0, x[i])
-
-
-def reduce_max_fixed_launch(x, out):
-    out.copy_to_device(np.full(1, -np.inf, np.float32))
-    max_one_element_per_thread[1, FIXED_THREADS](x, out)
-
-
-@cuda.jit
-def max_non_atomic(x, out):
-    """if x[i] > out[0]: out[0] = x[i] from every thread, without an atomic: a race between the test and the
-    store.
-
-    Memory: one read of x and of out[0] per thread, a store where it is larger.
-    Launch: 1-D, one thread per element; out must hold -inf first.
-    """
-    i = cuda.grid(1)
-    if i < x.size and x[i] > out[0]:
-        out[0] = x[i]
-
-
-def reduce_max_non_atomic(x, out):
-    out.copy_to_device(np.full(1, -np.inf, np.float32))
-    max_non_atomic[(x.size + BLOCK - 1) // BLOCK, BLOCK](x, out)
-
-
-# --- warp_reduce ----------------------------------------------------------------------------------------------
+# --- warp_argmax ----------------------------------------------------------------------------------------------
 WARP_THREADS = 256
 
 
-def _chunks(x):
-    x = np.asarray(x, np.float64)
-    return np.concatenate([x, np.zeros(-x.size % WARP)]).reshape(-1, WARP)
-
-
 @cuda.jit
-def warp_sums_exited_lanes(x, out):
-    """Lanes past the end return before the shuffles, and lane 0 then reads their values: undefined on a
-    GPU (the simulator gives NaN).
+def warp_argmax_switches(x, out, by_lane, pad_zero, first_offset, chunk_index):
+    """The shuffle tree over (value, index) pairs, one warp per chunk of 32, with the mistakes as switches: ties
+    left to the lanes (the other lane's pair taken only when strictly larger, `by_lane`), lanes past the end padded with 0 instead of -inf, a tree that starts at
+    `first_offset`, the lane's place in its chunk stored instead of the index in x.
 
-    Memory: one coalesced read per element; five shuffles per live lane.
-    Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
+    Memory: one coalesced read per element; two shuffles per step; one store per chunk.
+    Launch: 1-D, WARP_THREADS threads, any grid (chunks past it are not reached).
     """
     i = cuda.grid(1)
-    if i >= x.size:
-        return
-    value = x[i]
-    offset = 16
-    while offset > 0:
-        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
-        offset //= 2
-    if i % 32 == 0:
-        out[i // 32] = value
-
-
-def _exited_model(x, launches, fill=np.nan):
-    sums = _chunks(x).sum(axis=1)
-    if x.size % WARP:
-        sums[-1] = np.nan
-    return sums
-
-
-@cuda.jit
-def warp_sums_from_offset(x, out, first_offset):
-    """The shuffle tree starting at `first_offset` instead of 16 (8: half the warp; the loop is otherwise
-    right), then lane 0 stores.
-
-    Memory: one coalesced read per element; a shuffle per step.
-    Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
-    """
-    i = cuda.grid(1)
-    value = x[i] if i < x.size else float32(0)
+    value = x[i] if i < x.size else (float32(0.0) if pad_zero else float32(-math.inf))
+    index = i
     offset = first_offset
     while offset > 0:
-        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
+        other = cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
+        other_index = cuda.shfl_down_sync(0xFFFFFFFF, index, offset)
+        if other > value or (not by_lane and other == value and other_index < index):
+            value = other
+            index = other_index
         offset //= 2
-    if i % 32 == 0 and i < x.size:
-        out[i // 32] = value
+    if i % WARP == 0 and i < x.size:
+        out[i // WARP] = index - i if chunk_index else index
 
 
-def warp_reduce_half_warp(x, out):
-    warp_sums_from_offset[(x.size + WARP_THREADS - 1) // WARP_THREADS, WARP_THREADS](x, out, 8)
+def _warp_argmax(by_lane=False, pad_zero=False, first_offset=16, chunk_index=False, rounded_down=False):
+    def fn(x, out):
+        blocks = x.size // WARP_THREADS if rounded_down else (x.size + WARP_THREADS - 1) // WARP_THREADS
+        warp_argmax_switches[blocks, WARP_THREADS](x, out, by_lane, pad_zero, first_offset, chunk_index)
+    return fn
 
 
-@cuda.jit
-def warp_sums_stop_at_two(x, out):
-    """The shuffle tree's loop stops before offset 1 (while offset > 1): lane 0 has only the even lanes.
-
-    Memory: one coalesced read per element; four shuffles.
-    Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
-    """
-    i = cuda.grid(1)
-    value = x[i] if i < x.size else float32(0)
-    offset = 16
-    while offset > 1:
-        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
-        offset //= 2
-    if i % 32 == 0 and i < x.size:
-        out[i // 32] = value
-
-
-def warp_reduce_stop_at_two(x, out):
-    warp_sums_stop_at_two[(x.size + WARP_THREADS - 1) // WARP_THREADS, WARP_THREADS](x, out)
-
-
-@cuda.jit
-def warp_sums_shfl_up(x, out):
-    """The tree with shfl_up_sync where shfl_down_sync was meant: lane 0 gets its own value back every step
-    (no lane below it), so it ends with 32 times x[32w].
-
-    Memory: one coalesced read per element; five shuffles.
-    Launch: 1-D, WARP_THREADS threads, ceil(n / WARP_THREADS) blocks.
-    """
-    i = cuda.grid(1)
-    value = x[i] if i < x.size else float32(0)
-    offset = 16
+def _tree_argmax(x, by_lane=False, pad_zero=False, first_offset=16):
+    """What the shuffle tree of warp_argmax_switches leaves in lane 0 of each warp, emulated lane by lane: a lane
+    whose partner is past lane 31 reads its own value back."""
+    x = np.asarray(x, np.float64)
+    pad = 0.0 if pad_zero else -np.inf
+    values = np.concatenate([x, np.full(-x.size % WARP, pad)]).reshape(-1, WARP)
+    index = np.arange(values.size, dtype=np.float64).reshape(values.shape)
+    lanes = np.arange(WARP)
+    offset = first_offset
     while offset > 0:
-        value += cuda.shfl_up_sync(0xFFFFFFFF, value, offset)
+        partner = np.where(lanes + offset < WARP, lanes + offset, lanes)
+        other, other_index = values[:, partner], index[:, partner]
+        take = (other > values) | ((other == values) & (other_index < index) if not by_lane else False)
+        values, index = np.where(take, other, values), np.where(take, other_index, index)
         offset //= 2
-    if i % 32 == 0 and i < x.size:
-        out[i // 32] = value
+    return index[:, 0]
 
 
-def warp_reduce_shfl_up(x, out):
-    warp_sums_shfl_up[(x.size + WARP_THREADS - 1) // WARP_THREADS, WARP_THREADS](x, out)
-
-
-@cuda.jit
-def warp_sums_right(x, out):
-    """The chapter's warp sum (shfl_down tree, lanes past the end add 0), one warp per chunk of 32.
-
-    Memory: one coalesced read per element; five shuffles; one store per chunk.
-    Launch: 1-D, any block size that is a multiple of 32; chunks past the launch are not reached.
-    """
-    i = cuda.grid(1)
-    value = x[i] if i < x.size else float32(0)
-    offset = 16
-    while offset > 0:
-        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
-        offset //= 2
-    if i % 32 == 0 and i < x.size:
-        out[i // 32] = value
-
-
-def warp_reduce_rounded_down(x, out):
-    warp_sums_right[x.size // WARP_THREADS, WARP_THREADS](x, out)
-
-
-def _warp_covered(x, launches, fill=np.nan):
+def _argmax_covered(x, launches, fill=np.nan):
     reach = threads_1d(launches)
     if reach is None:
         return None
-    sums = _chunks(x).sum(axis=1)
-    out = unwritten(sums.shape, fill)
-    out[:reach // WARP] = sums[:reach // WARP]
+    best = _tree_argmax(x)
+    out = unwritten(best.shape, fill)
+    out[:reach // WARP] = best[:reach // WARP]
     return out
 
 
+# --- sum_of_squares -------------------------------------------------------------------------------------------
+SQUARES, PARTIAL_SQUARED, PLAIN_SUM = 0, 1, 2  # what squares_grid_stride adds
+
+
+@cuda.jit
+def squares_grid_stride(x, out, stop, mode):
+    """A grid-stride loop over x[:stop] and one atomic add per thread of: the squares (SQUARES), the thread's
+    partial sum of the elements, squared (PARTIAL_SQUARED), or that partial sum as it is (PLAIN_SUM).
+
+    Memory: each element read once (grid-stride, coalesced); one atomic per thread.
+    Launch: 1-D, any; out must hold 0 first.
+    """
+    total = float32(0.0)
+    for i in range(cuda.grid(1), stop, cuda.gridsize(1)):
+        total += x[i] * x[i] if mode == SQUARES else x[i]
+    cuda.atomic.add(out, 0, total * total if mode == PARTIAL_SQUARED else total)
+
+
+@cuda.jit
+def square_in_place(out):
+    """out[0] = out[0]²: the finishing step of the square-of-the-sum mistake.
+
+    Memory: one float. Launch: one thread.
+    """
+    out[0] = out[0] * out[0]
+
+
+def _squares(blocks=ATOMIC_BLOCKS, threads=BLOCK, drop_last=False, mode=SQUARES, zeroed=True, one_each=False):
+    """one_each: the loop stops at the launch's threads (one element each, however large n is)."""
+    def fn(x, out):
+        if zeroed:
+            out.copy_to_device(np.zeros(1, np.float32))
+        stop = x.size - 1 if drop_last else x.size
+        squares_grid_stride[blocks, threads](x, out, min(stop, blocks * threads) if one_each else stop, mode)
+        if mode == PLAIN_SUM:
+            square_in_place[1, 1](out)
+    return fn
+
+
+def _square_sum(x, launches, fill=np.nan):
+    return np.array([np.sum(np.asarray(x, np.float64)) ** 2])
+
+
+def _squared_partials(x, launches, fill=np.nan):
+    """Σ over threads t of (Σ of the elements t visits in a grid-stride loop)²."""
+    threads = threads_1d(launches)
+    if threads is None:
+        return None
+    x = np.asarray(x, np.float64)
+    padded = np.concatenate([x, np.zeros(-x.size % threads)]).reshape(-1, threads)
+    return np.array([np.sum(padded.sum(axis=0) ** 2)])
+
+
+def _squares_not_zeroed(x, launches, fill=np.nan):
+    if np.isnan(fill):
+        return None
+    return f32([float(fill) + np.sum(np.square(np.asarray(x, np.float64)))])
+
+
+# --- max_row_sum ----------------------------------------------------------------------------------------------
+@cuda.jit
+def row_sums_switches(a, out, columns, row_maxima, cols):
+    """One thread per row (or per column, with `columns`): its sum over the first `cols` columns (or its largest
+    element, with `row_maxima`, then added into out instead of maxed).
+
+    Memory: each thread walks its own row: a warp's loads are a row apart (uncoalesced; the chapter's simplest
+    shape).
+    Launch: 1-D, any; out must hold the identity first (-inf for max, 0 for the sum of maxima).
+    """
+    i = cuda.grid(1)
+    lines = a.shape[1] if columns else a.shape[0]
+    if i >= lines:
+        return
+    if row_maxima:
+        best = float32(-math.inf)
+        for j in range(cols):
+            best = max(best, a[i, j])
+        cuda.atomic.add(out, 0, best)
+        return
+    total = float32(0.0)
+    for j in range(a.shape[0] if columns else cols):
+        total += a[j, i] if columns else a[i, j]
+    cuda.atomic.max(out, 0, total)
+
+
+def _row_sums(start=-np.inf, columns=False, row_maxima=False, last_column=True, fixed=False):
+    def fn(a, out):
+        out.copy_to_device(np.full(1, start, np.float32))
+        lines = a.shape[1] if columns else a.shape[0]
+        grid, threads = (1, FIXED_THREADS) if fixed else ((lines + BLOCK - 1) // BLOCK, BLOCK)
+        cols = a.shape[1] if last_column else a.shape[1] - 1
+        row_sums_switches[grid, threads](a, out, columns, row_maxima, cols)
+    return fn
+
+
+def _rows64(a):
+    return np.asarray(a, np.float64)
+
+
+def _first_rows_max(a, launches, fill=np.nan):
+    reach = threads_1d(launches)
+    if reach is None:
+        return None
+    return np.array([_rows64(a)[:reach].sum(axis=1).max()])
+
+
 VARIANTS = {
+    "warp_argmax": [
+        Variant("ties not broken by index",
+                "where a chunk's maximum appears more than once you did not always keep the first: after the "
+                "first step a lane holds elements from both halves of the warp (lane 0 has 0 and 16, lane 8 has "
+                "8 and 24), so on equal values compare the indices and keep the smaller",
+                lambda x, launches, fill=np.nan: _tree_argmax(x, by_lane=True), _warp_argmax(by_lane=True)),
+        Variant("padding lanes hold 0",
+                "in the short last chunk, whose elements are all negative, an index past the end of x won: "
+                "lanes past the end must carry -inf (the identity of max), not 0",
+                lambda x, launches, fill=np.nan: _tree_argmax(x, pad_zero=True), _warp_argmax(pad_zero=True)),
+        Variant("tree starts at offset 8",
+                "each answer only looks at the first 16 elements of its chunk: the shuffle tree must start at "
+                "offset 16 (half of 32) to reach the upper half of the warp",
+                lambda x, launches, fill=np.nan: _tree_argmax(x, first_offset=8), _warp_argmax(first_offset=8)),
+        Variant("index within the chunk",
+                "the answers are positions inside each chunk (0 to 31): carry the index in x, i = cuda.grid(1), "
+                "through the shuffles, not the lane number",
+                lambda x, launches, fill=np.nan: _tree_argmax(x) - WARP * np.arange(-(-np.asarray(x).size // WARP)),
+                _warp_argmax(chunk_index=True)),
+        Variant("launch does not cover the array",
+                "chunks past the threads you launched were never written: round the block count up, "
+                "(n + threads - 1) // threads",
+                _argmax_covered, _warp_argmax(rounded_down=True)),
+    ],
+    "sum_of_squares": [
+        Variant("square of the sum",
+                "you computed (x[0] + x[1] + ...)², the square of the sum: square each element before adding",
+                _square_sum, _squares(mode=PLAIN_SUM)),
+        Variant("partial sums squared",
+                "each thread added its elements and squared its partial sum: square every element as you load "
+                "it (total += x[i] * x[i]), then add the partials as they are",
+                _squared_partials, _squares(mode=PARTIAL_SQUARED)),
+        Variant("launch ignores the size",
+                "only the first elements were added (one per thread you launched, and the launch does not grow "
+                "with n): loop for i in range(cuda.grid(1), n, cuda.gridsize(1)), or size the grid from n",
+                lambda x, launches, fill=np.nan: (None if threads_1d(launches) is None else np.array(
+                    [np.sum(np.square(np.asarray(x, np.float64)[:threads_1d(launches)]))])),
+                _squares(blocks=1, threads=FIXED_THREADS, one_each=True)),
+        Variant("last element dropped",
+                "the sum misses exactly the last square: the loop bound is one short (range(..., n, ...))",
+                lambda x, launches, fill=np.nan: np.array([np.sum(np.square(np.asarray(x, np.float64)[:-1]))]),
+                _squares(drop_last=True)),
+        Variant("out not zeroed before the atomics",
+                "the partials were added atomically into out, but out was never set to 0 first (it starts as "
+                "garbage): copy a zero into it before the kernel",
+                _squares_not_zeroed, _squares(zeroed=False)),
+    ],
+    "max_row_sum": [
+        Variant("0 as the identity of max",
+                "every row sum is negative here and you answered 0: start the maximum (and out) from -inf, the "
+                "identity of max",
+                lambda a, launches, fill=np.nan: np.array([max(0.0, _rows64(a).sum(axis=1).max())]),
+                _row_sums(start=0.0)),
+        Variant("largest column sum",
+                "you took the largest column sum: a row of a row-major matrix is a[i, :], so row i's sum runs "
+                "over the columns j of a[i, j]",
+                lambda a, launches, fill=np.nan: np.array([_rows64(a).sum(axis=0).max()]), _row_sums(columns=True)),
+        Variant("sum of the row maxima",
+                "you added up each row's largest element: the order is the other way round, first the sum "
+                "along each row, then the maximum over the rows",
+                lambda a, launches, fill=np.nan: np.array([_rows64(a).max(axis=1).sum()]),
+                _row_sums(start=0.0, row_maxima=True)),
+        Variant("last column dropped",
+                "every row sum misses its last element: the loop over the columns is one short",
+                lambda a, launches, fill=np.nan: (None if np.shape(a)[1] < 2 else
+                                                  np.array([_rows64(a)[:, :-1].sum(axis=1).max()])),
+                _row_sums(last_column=False)),
+        Variant("launch ignores the size",
+                "only the first rows were summed (one per thread you launched, and the launch does not grow with "
+                "the rows): size the grid from the number of rows, or loop over the rows",
+                _first_rows_max, _row_sums(fixed=True)),
+    ],
     "reduce_sum": [
         Variant("each block stores into out[0]",
                 "every block stored its partial sum into out[0], so the last block to finish overwrote the "
@@ -519,64 +507,9 @@ VARIANTS = {
                 "garbage): copy a zero into it before the kernel",
                 _not_zeroed_model, reduce_sum_not_zeroed),
     ],
-    "reduce_max": [
-        Variant("0 as the identity of max",
-                "the maximum starts from 0, so an array of negative numbers gives 0: start from -inf "
-                "(float32(-math.inf)), the identity of max",
-                lambda x, launches, fill=np.nan: np.array([max(0.0, float(np.max(x)))]),
-                reduce_max_zero_identity),
-        Variant("each block stores into out[0]",
-                "every block stored its maximum into out[0], so the last block to finish overwrote the others: "
-                "combine them with cuda.atomic.max(out, 0, best) (out set to -inf first)",
-                lambda x, launches, fill=np.nan: _last_block(x, launches, np.max),
-                _store_out0(block_maxes_store_out0)),
-        Variant("second pass is one block",
-                "the second pass ran one block with one partial per thread, so partials past its thread count "
-                "were dropped: loop over the partials, or reduce again",
-                lambda x, launches, fill=np.nan: _first_partials(x, launches, np.max),
-                _two_pass(first_pass_maxes, second_pass_one_block_max)),
-        Variant("launch ignores the size",
-                "only the first elements were seen (one per thread you launched, and the launch does not grow "
-                "with n): loop for i in range(cuda.grid(1), n, cuda.gridsize(1)), or size the grid from n",
-                lambda x, launches, fill=np.nan: (None if threads_1d(launches) is None else
-                                                  np.array([np.max(np.asarray(x)[:threads_1d(launches)])])),
-                reduce_max_fixed_launch),
-        Variant("non-atomic compare and store",
-                "threads tested x > out[0] and stored without an atomic: another thread can store a smaller "
-                "value after yours; use cuda.atomic.max(out, 0, value)",
-                lambda x, launches, fill=np.nan: None, reduce_max_non_atomic),
-    ],
-    "warp_reduce": [
-        Variant("shuffle from an exited lane",
-                "only the last, partial chunk is wrong: lanes past the end returned before the shuffles, and "
-                "reading a value from a lane that has exited is undefined. Keep every lane in the shuffles "
-                "(value = x[i] if i < n else 0) and guard only the store",
-                _exited_model, lambda x, out: warp_sums_exited_lanes[(x.size + WARP_THREADS - 1) // WARP_THREADS,
-                                                                     WARP_THREADS](x, out)),
-        Variant("tree starts at offset 8",
-                "each sum holds only the first 16 elements of its chunk: the shuffle tree must start at offset "
-                "16 (half of 32) to reach the upper half of the warp",
-                lambda x, launches, fill=np.nan: _chunks(x)[:, :16].sum(axis=1), warp_reduce_half_warp),
-        Variant("tree stops before offset 1",
-                "each sum holds only the even-numbered elements of its chunk: the loop stopped before the last "
-                "step (offset 1); run it while offset > 0",
-                lambda x, launches, fill=np.nan: _chunks(x)[:, ::2].sum(axis=1), warp_reduce_stop_at_two),
-        Variant("shfl_up instead of shfl_down",
-                "each sum is 32 times the chunk's first element: with shfl_up_sync lane 0 has no lane below it "
-                "and gets its own value back; use shfl_down_sync so lane 0 collects the lanes above it",
-                lambda x, launches, fill=np.nan: 32.0 * _chunks(x)[:, 0], warp_reduce_shfl_up),
-        Variant("launch does not cover the array",
-                "chunks past the threads you launched were never summed: round the block count up, "
-                "(n + threads - 1) // threads",
-                _warp_covered, warp_reduce_rounded_down),
-    ],
 }
 
-RACES = {("reduce_sum", "non-atomic out[0] += x[i]"), ("reduce_max", "non-atomic compare and store")}
-# Undefined behaviour that a GPU may happen to run right: on the H200 (2026-11-30) the exited lanes' values
-# read as the identity and every sum came out right at the GPU sizes; the simulator gives NaN there.
-MAY_PASS_ON_A_GPU = {("warp_reduce", "shuffle from an exited lane")}
+
+RACES = {("reduce_sum", "non-atomic out[0] += x[i]")}
 SIMULATOR_ONLY_MODELS = {("reduce_sum", "each block stores into out[0]"),
-                         ("reduce_max", "each block stores into out[0]"),
-                         ("warp_reduce", "shuffle from an exited lane"),
                          ("reduce_sum", "out not zeroed before the atomics")}

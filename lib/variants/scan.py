@@ -1,6 +1,8 @@
-"""Known-wrong answers to the scan chapter's exercises: scan_inclusive, scan_exclusive, compact_positive.
+"""Known-wrong answers to the scan chapter's exercises (segmented_scan, scan_reverse, compact_positive) and to
+scan_inclusive and scan_exclusive, which no page asks for any more but the grader still knows
+(lib.exercises.RETIRED).
 
-The wrong scans are built from one block scan (Hillis-Steele over BLOCK elements, one per thread, as in the
+The wrong inclusive and exclusive scans are built from one block scan (Hillis-Steele over BLOCK elements, one per thread, as in the
 chapter's solution) and one carry step, each with the mistake switched on where the variant needs it.
 """
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
-from ._common import Variant, chunk, own_launches, unwritten
+from ..exercises import _segmented_cumsum
+from ._common import Variant, chunk, dims, own_launches, unwritten, widest
 
 BLOCK = 128
 CARRY_BEFORE, CARRY_OWN, CARRY_PREVIOUS = 0, 1, 2   # carry of block b: blocks < b (right), <= b, b - 1 only
@@ -268,7 +271,247 @@ def _block_local_positions(x, launches, fill=np.nan):
     return out
 
 
+
+# --- segmented_scan and scan_reverse: three phases over tiles of TILE, each thread walking its own tile ---------
+# Linear work (a thread adds at most TILE elements, one thread passes the carries from tile to tile), so the
+# variants also run at the GPU sizes.
+TILE = 128
+
+
+@cuda.jit
+def segmented_walk(x, flags, out, reset, head_after):
+    """out[i] = the sum from i back to its segment's head or its tile's start, whichever comes first. `reset`
+    off: heads are ignored; `head_after`: a flag is read as the last element of a segment (the next one is the
+    head).
+
+    Memory: each thread reads up to TILE elements of its own tile (neighbouring threads overlap: L1 hits).
+    Launch: 1-D, TILE threads per block, one thread per element.
+    """
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    start = i - i % TILE
+    total = float32(0.0)
+    j = i
+    while j >= start:
+        if reset and head_after and j < i and flags[j] != 0:
+            break
+        total += x[j]
+        if reset and not head_after and flags[j] != 0:
+            break
+        j -= 1
+    out[i] = total
+
+
+@cuda.jit(device=True)
+def _reaches_tile_start(flags, i, reset, head_after):
+    """True when element i's segment began before its tile (no head between the tile's start and i)."""
+    if not reset:
+        return True
+    start = i - i % TILE
+    for j in range(start, i + 1):
+        if (flags[j] != 0 and not head_after) or (head_after and j < i and flags[j] != 0):
+            return False
+    return True
+
+
+@cuda.jit
+def segmented_carries(out, flags, carries, reset, head_after):
+    """carries[b] = the value that flows into tile b: one thread walks the tiles in order.
+
+    Memory: reads each tile's last output and its flags once. Launch: one thread.
+    """
+    tiles = carries.size
+    carry = float32(0.0)
+    for b in range(tiles):
+        carries[b] = carry
+        last = min((b + 1) * TILE, out.size) - 1
+        carry = out[last] + carry if _reaches_tile_start(flags, last, reset, head_after) else out[last]
+
+
+@cuda.jit
+def segmented_add(out, flags, carries, reset, head_after, across_heads):
+    """out[i] += carries[tile of i] where i's segment began before its tile (everywhere with `across_heads`).
+
+    Memory: one read-modify-write per element. Launch: 1-D, TILE threads per block, one thread per element.
+    """
+    i = cuda.grid(1)
+    if i < out.size and i >= TILE and (across_heads or _reaches_tile_start(flags, i, reset, head_after)):
+        out[i] += carries[i // TILE]
+
+
+def _segmented(reset=True, head_after=False, carry=True, across_heads=False):
+    def fn(x, flags, out):
+        tiles = (x.size + TILE - 1) // TILE
+        segmented_walk[tiles, TILE](x, flags, out, reset, head_after)
+        if carry:
+            carries = cuda.device_array(tiles, np.float32)
+            segmented_carries[1, 1](out, flags, carries, reset, head_after)
+            segmented_add[tiles, TILE](out, flags, carries, reset, head_after, across_heads)
+    return fn
+
+
+def _segments(x, flags):
+    return _segmented_cumsum(x, flags)
+
+
+def _tile_of(launches):
+    """Block threads of the student's widest launch (the tile of a one-element-per-thread block scan)."""
+    gb = widest(launches)
+    return None if gb is None else int(np.prod(gb[1]))
+
+
+def _segmented_no_carry(x, flags, launches, fill=np.nan):
+    tile = _tile_of(launches)
+    if tile is None:
+        return None
+    starts = np.asarray(flags).copy()
+    starts[::tile] = 1.0
+    return _segments(x, starts)
+
+
+def _segmented_across_heads(x, flags, launches, fill=np.nan):
+    """Within each tile, its own segmented sums; every element of tile b > 0 also gets the right value at the end
+    of tile b - 1, whether or not a head came before it in its tile."""
+    tile = _tile_of(launches)
+    if tile is None:
+        return None
+    right = _segments(x, flags)
+    local = _segmented_no_carry(x, flags, launches)
+    carry = np.zeros(np.asarray(x).size)
+    ends = np.arange(tile - 1, np.asarray(x).size - 1, tile)
+    for b, end in enumerate(ends, start=1):
+        carry[b * tile:(b + 1) * tile] = right[end]
+    return local + carry
+
+
+@cuda.jit
+def suffix_walk(x, out, step, skip_own, mirror):
+    """out[i] (out[n - 1 - i] with `mirror`) = the sum from i (i + step with `skip_own`) to its tile's end in the
+    direction `step` (+1: towards the end of x, -1: towards its start).
+
+    Memory: each thread reads up to TILE elements of its own tile. Launch: 1-D, TILE threads per block.
+    """
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    tile_start = i - i % TILE
+    total = float32(0.0)
+    j = i + step if skip_own else i
+    while tile_start <= j < min(tile_start + TILE, x.size):
+        total += x[j]
+        j += step
+    out[x.size - 1 - i if mirror else i] = total
+
+
+@cuda.jit
+def suffix_carries(x, carries, step):
+    """carries[b] = the total of every tile that comes after tile b in the direction `step`: one thread.
+
+    Memory: reads every element once. Launch: one thread.
+    """
+    tiles = carries.size
+    carry = float32(0.0)
+    for k in range(tiles):
+        b = tiles - 1 - k if step > 0 else k
+        carries[b] = carry
+        for j in range(b * TILE, min((b + 1) * TILE, x.size)):
+            carry += x[j]
+
+
+@cuda.jit
+def suffix_add(out, carries, mirror):
+    """out[i] += carries[tile of i] (out[n - 1 - i] with `mirror`).
+
+    Memory: one read-modify-write per element. Launch: 1-D, TILE threads per block.
+    """
+    i = cuda.grid(1)
+    if i < out.size:
+        out[out.size - 1 - i if mirror else i] += carries[i // TILE]
+
+
+def _suffix(step=1, skip_own=False, carry=True, mirror=False, carry_step=None):
+    def fn(x, out):
+        tiles = (x.size + TILE - 1) // TILE
+        suffix_walk[tiles, TILE](x, out, step, skip_own, mirror)
+        if carry:
+            carries = cuda.device_array(tiles, np.float32)
+            suffix_carries[1, 1](x, carries, step if carry_step is None else carry_step)
+            suffix_add[tiles, TILE](out, carries, mirror)
+    return fn
+
+
+def _suffix64(x):
+    return np.cumsum(np.asarray(x, np.float64)[::-1])[::-1]
+
+
+def _suffix_tiles(x, launches, own_side):
+    """Suffix sums within each tile, plus the totals of the tiles after it (own_side) or before it."""
+    tile = _tile_of(launches)
+    if tile is None:
+        return None
+    x = np.asarray(x, np.float64)
+    n = x.size
+    padded = np.concatenate([x, np.zeros(-n % tile)]).reshape(-1, tile)
+    local = np.cumsum(padded[:, ::-1], axis=1)[:, ::-1]
+    totals = padded.sum(axis=1)
+    after = np.concatenate([np.cumsum(totals[::-1])[::-1][1:], [0.0]])
+    before = np.concatenate([[0.0], np.cumsum(totals)[:-1]])
+    return (local + (after if own_side else before)[:, None]).ravel()[:n]
+
+
+def _suffix_no_carry(x, launches, fill=np.nan):
+    tile = _tile_of(launches)
+    if tile is None:
+        return None
+    x = np.asarray(x, np.float64)
+    padded = np.concatenate([x, np.zeros(-x.size % tile)]).reshape(-1, tile)
+    return np.cumsum(padded[:, ::-1], axis=1)[:, ::-1].ravel()[:x.size]
+
 VARIANTS = {
+    "segmented_scan": [
+        Variant("no restart at the heads",
+                "the sums never restart: that is a plain inclusive scan; where flags[i] != 0 the sum starts "
+                "again from x[i]",
+                lambda x, flags, launches, fill=np.nan: np.cumsum(np.asarray(x, np.float64)),
+                _segmented(reset=False)),
+        Variant("restart after the flagged element",
+                "each sum restarts one element too late: the flagged element is the first of its segment (its "
+                "own x[i] starts the new sum), not the last of the previous one",
+                lambda x, flags, launches, fill=np.nan: _segments(x, np.concatenate([[0.0], np.asarray(flags)[:-1]])),
+                _segmented(head_after=True)),
+        Variant("no carry between blocks",
+                "every block restarted the sum at its first element: a segment that crosses into a block must "
+                "bring its running sum along (the carry), unless a head comes first",
+                _segmented_no_carry, _segmented(carry=False)),
+        Variant("carry added across a head",
+                "elements after a head still received the carry from the block before: the carry flows into a "
+                "block only up to its first head (combine (value, flag) pairs: a flagged right side keeps its "
+                "own value)",
+                _segmented_across_heads, _segmented(across_heads=True)),
+    ],
+    "scan_reverse": [
+        Variant("prefix instead of suffix",
+                "you computed x[0] + ... + x[i]: the reverse scan adds from i to the end, x[i] + ... + x[n - 1]",
+                lambda x, launches, fill=np.nan: np.cumsum(np.asarray(x, np.float64)), _suffix(step=-1)),
+        Variant("x[i] left out",
+                "out[i] misses x[i] itself (out[n - 1] is 0): that is the exclusive reverse scan; the inclusive "
+                "one starts its sum at x[i]",
+                lambda x, launches, fill=np.nan: _suffix64(x) - np.asarray(x, np.float64),
+                _suffix(skip_own=True)),
+        Variant("no carry between blocks",
+                "each block added up only its own elements: add to every element the total of all the blocks "
+                "after its own",
+                _suffix_no_carry, _suffix(carry=False)),
+        Variant("stored back to front",
+                "out holds the answer in reverse order (out[i] = x[n - 1 - i] + ... + x[n - 1]): store at the "
+                "same index you compute for",
+                lambda x, launches, fill=np.nan: np.cumsum(np.asarray(x, np.float64)[::-1]), _suffix(mirror=True)),
+        Variant("carry from the blocks before",
+                "each block added the total of the blocks before it: in a reverse scan the carry comes from the "
+                "blocks after it",
+                lambda x, launches, fill=np.nan: _suffix_tiles(x, launches, own_side=False), _suffix(carry_step=-1)),
+    ],
     "scan_inclusive": [
         Variant("no carry between blocks",
                 "each block scanned its own elements, but no block added the totals of the blocks before it: "

@@ -1,4 +1,5 @@
-"""Known-wrong answers to the softmax chapter's exercises: online_merge(m, l, out) and softmax_rows(x, out)."""
+"""Known-wrong answers to the softmax chapter's exercises, online_merge(m, l, out) and log_softmax_rows(x, out),
+and to softmax_rows(x, out), which no page asks for any more but the grader still knows (lib.exercises.RETIRED)."""
 from __future__ import annotations
 
 import math
@@ -150,7 +151,112 @@ def _not_divided(x, launches, fill=np.nan):
     return np.exp((x32 - x32.max(axis=1, keepdims=True)).astype(np.float64))
 
 
+
+# --- log_softmax_rows ------------------------------------------------------------------------------------------
+LOG_OF_SOFTMAX, NO_MAX, MAX_NOT_SUBTRACTED, SUM_NOT_LOGGED, RIGHT = 0, 1, 2, 3, 4
+
+
+@cuda.jit
+def log_softmax_row_per_thread(x, out, mistake):
+    """out[r, c] = x - max - log(sum of exp(x - max)) over row r, one thread per row, or one of the mistakes:
+    log(exp(x - max) / sum) (LOG_OF_SOFTMAX, -inf where that underflows to 0, as a GPU's log(0)), no max at all (NO_MAX), the max left in the result
+    (MAX_NOT_SUBTRACTED), the sum not logged (SUM_NOT_LOGGED).
+
+    Memory: each thread walks its own row three times (uncoalesced across threads).
+    Launch: 1-D, one thread per row.
+    """
+    r = cuda.grid(1)
+    if r >= x.shape[0]:
+        return
+    cols = x.shape[1]
+    m = float32(-math.inf)
+    for c in range(cols):
+        m = max(m, x[r, c])
+    if mistake == NO_MAX:
+        m = float32(0.0)
+    total = float32(0.0)
+    for c in range(cols):
+        total += math.exp(x[r, c] - m)
+    log_total = math.log(total)
+    for c in range(cols):
+        if mistake == LOG_OF_SOFTMAX:
+            p = math.exp(x[r, c] - m) / total
+            out[r, c] = math.log(p) if p > 0 else -math.inf  # log(0) is -inf on a GPU, an error in Python
+        elif mistake == MAX_NOT_SUBTRACTED:
+            out[r, c] = x[r, c] - log_total
+        elif mistake == SUM_NOT_LOGGED:
+            out[r, c] = x[r, c] - m - total
+        else:
+            out[r, c] = x[r, c] - m - log_total
+
+
+def _log_softmax(mistake, fixed=False):
+    def fn(x, out):
+        grid, threads = (1, FIXED_THREADS) if fixed else ((x.shape[0] + THREADS - 1) // THREADS, THREADS)
+        log_softmax_row_per_thread[grid, threads](x, out, mistake)
+    return fn
+
+
+def _log_softmax64(x):
+    x = np.asarray(x, np.float64)
+    shifted = x - x.max(axis=1, keepdims=True)
+    return shifted, np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+# exp(t) is 0 in float32 below about -103.97 (past the smallest subnormal); the inputs keep every x - max either
+# above -60 or below -150, so this threshold never meets a borderline element
+EXP_UNDERFLOW = -104.0
+
+
+def _log_of_softmax(x, launches, fill=np.nan):
+    """The log of the float32 softmax: -inf where exp(x - max) underflowed to 0."""
+    shifted, log_total = _log_softmax64(x)
+    return np.where(shifted < EXP_UNDERFLOW, -np.inf, shifted - log_total)
+
+
+def _log_softmax_no_max(x, launches, fill=np.nan):
+    """x - log(sum exp(x)): a row whose exp overflows has the sum inf, so every element is -inf; other rows are
+    right (where they have an exp below the underflow, the sum does not notice)."""
+    x = np.asarray(x, np.float64)
+    shifted, log_total = _log_softmax64(x)
+    with np.errstate(over="ignore"):
+        overflow = (x > EXP_OVERFLOW).any(axis=1, keepdims=True) | \
+            (np.exp(np.minimum(x, EXP_OVERFLOW)).sum(axis=1, keepdims=True) > np.finfo(np.float32).max)
+    return np.where(overflow, -np.inf, shifted - log_total)
+
+
+def _log_softmax_rows_covered(x, launches, fill=np.nan):
+    reach = threads_1d(launches)
+    if reach is None:
+        return None
+    out = unwritten(x.shape, fill)
+    shifted, log_total = _log_softmax64(x[:reach])
+    out[:reach] = shifted - log_total
+    return out
+
 VARIANTS = {
+    "log_softmax_rows": [
+        Variant("log of the softmax",
+                "elements far below their row's maximum are -inf: exp(x - max) underflowed to 0 before the log. "
+                "Never form the softmax: log softmax = (x - max) - log(sum of exp(x - max))",
+                _log_of_softmax, _log_softmax(LOG_OF_SOFTMAX)),
+        Variant("exp overflow without the max subtracted",
+                "rows with large values are -inf: exp(x) overflows float32 past 88.7, so the row's sum is inf; "
+                "subtract the row's maximum inside the exp (and take it out again outside the log)",
+                _log_softmax_no_max, _log_softmax(NO_MAX)),
+        Variant("max not subtracted from x",
+                "every element is too large by its row's maximum: log softmax = x - max - log(sum), where the "
+                "sum is of exp(x - max)",
+                lambda x, launches, fill=np.nan: np.asarray(x, np.float64) - _log_softmax64(x)[1],
+                _log_softmax(MAX_NOT_SUBTRACTED)),
+        Variant("sum not logged",
+                "you subtracted the row's sum of exponentials itself: subtract its log",
+                lambda x, launches, fill=np.nan: (lambda sh, lt: sh - np.exp(lt))(*_log_softmax64(x)),
+                _log_softmax(SUM_NOT_LOGGED)),
+        Variant("launch ignores the size",
+                "rows past the threads you launched were never computed: size the grid from the number of rows",
+                _log_softmax_rows_covered, _log_softmax(RIGHT, fixed=True)),
+    ],
     "online_merge": [
         Variant("no guard for empty states",
                 "rows that start with an empty tile are NaN: merging two empty states computes exp(-inf - -inf) "
