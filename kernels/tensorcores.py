@@ -536,6 +536,32 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
     return kernel, THREADS
 
 
+def fragment_addresses(kind: str, operand: str, BN: int, swizzle: bool) -> tuple[list[int], int]:
+    """The shared-memory byte addresses of a warp's first fragment load of `operand` ('A' or 'B') in
+    make_mma_tiled_kernel, one per lane, and the access width in bytes: for 16-bit inputs the 32 row
+    addresses of one ldmatrix.x4 (A) or ldmatrix.x4.trans (B), 16 bytes each; for TF32 one 4-byte load
+    (a0 or b0). The same index arithmetic as the kernel, for the bank model of lib.widgets.bank_conflicts."""
+    if operand not in ("A", "B"):
+        raise ValueError(f"operand must be 'A' or 'B', got {operand!r}")
+    tf32 = kind == "tf32"
+    elem = 4 if tf32 else 2
+    ch_values, bk = CHUNK_BYTES // elem, BK_BYTES // elem
+    identity = _no_swizzle.py_func
+    swz = (_swizzle_a if operand == "A" else _swizzle_b32 if tf32 else _swizzle_b16).py_func if swizzle else identity
+    row_len = bk if operand == "A" else BN
+    out = []
+    for lane in range(WARP):
+        if tf32:    # a0 = A[g, t]; b0 = B[t, g]
+            row, col = (lane >> 2, lane & 3) if operand == "A" else (lane & 3, lane >> 2)
+            index = row * row_len + swz(row, col // ch_values) * ch_values + col % ch_values
+        else:       # lane 8·mat + r gives row r of matrix mat: rows + 8·(mat & 1), chunk + (mat >> 1)
+            mat, r = lane >> 3, lane & 7
+            row, chunk = r + 8 * (mat & 1), mat >> 1
+            index = row * row_len + swz(row, chunk) * ch_values
+        out.append(index * elem)
+    return out, (4 if tf32 else CHUNK_BYTES)
+
+
 def launch_mma_tiled(kind, a, b, c, cfg, where="matmul_mma_tiled"):
     """Check shapes against the configuration and launch its kernel."""
     m, n, k = _check_operands(where, kind, a, b, c)

@@ -50,7 +50,7 @@ const sy = (tf) => H - PAD.bottom - ((Math.log10(tf) - Y_RANGE[0]) / (Y_RANGE[1]
 const clampY = (tf) => Math.min(Math.max(tf, 10 ** Y_RANGE[0]), 10 ** Y_RANGE[1]);
 const fmt = (v, d = 3) => (v === null ? "n/a" : Number(v).toPrecision(d));
 
-function plot(spec, result, points) {
+function plot(spec, result, points, measured = []) {
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: "max-width:680px;font:11px sans-serif" });
   const axis = "currentColor";
   for (let e = X_RANGE[0]; e <= X_RANGE[1]; e++) {
@@ -75,6 +75,12 @@ function plot(spec, result, points) {
     svg.append(el("polyline", { points: pts, fill: "none", stroke: ROOF_COLORS[roof], "stroke-width": 2 }));
     svg.append(el("text", { x: W - PAD.right - 4, y: sy(peak) - 4, "text-anchor": "end", fill: ROOF_COLORS[roof] },
       `${ROOF_LABELS[roof]} ${peak} TFLOP/s, ridge ${ridge.toFixed(1)} FLOP/B`));
+  }
+  for (const m of measured) {  // measured roofs (dashed): flat lines at what a kernel actually reached
+    svg.append(el("line", { x1: PAD.left, x2: W - PAD.right, y1: sy(clampY(m.tflops)), y2: sy(clampY(m.tflops)),
+      stroke: "#555", "stroke-dasharray": "6 4", "stroke-width": 1.5 }));
+    svg.append(el("text", { x: PAD.left + 4, y: sy(clampY(m.tflops)) - 4, fill: "#555" },
+      `${m.label} ${Number(m.tflops).toPrecision(3)} TFLOP/s`));
   }
   const chapters = [...new Set(points.map((p) => p.chapter))];
   for (const p of points) {
@@ -141,9 +147,10 @@ function render({ model, el: host }) {
     note.style.cssText = "font-size:0.85em;opacity:0.8;";
     note.textContent = `${points.length} recorded kernel run(s) shown (hover for names)` +
       (model.get("unplaced") ? `; ${model.get("unplaced")} without a FLOP count (copies) cannot be placed.` : ".");
-    figure.replaceChildren(plot(spec, r, points), note);
+    const measured = (model.get("measured_roofs") || []).filter((m) => m.gpu === model.get("gpu"));
+    figure.replaceChildren(plot(spec, r, points, measured), note);
   };
-  for (const k of ["gpu", "log10_flops", "log10_bytes", "points", "specs"]) model.on(`change:${k}`, update);
+  for (const k of ["gpu", "log10_flops", "log10_bytes", "points", "specs", "measured_roofs"]) model.on(`change:${k}`, update);
   update();
   root.append(controls, summary, figure);
   host.replaceChildren(root);

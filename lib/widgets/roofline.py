@@ -1,4 +1,5 @@
-"""A live roofline: pick a GPU, see its memory roof and its FP32, TF32 and FP16 compute roofs, move two
+"""A live roofline: pick a GPU, see its memory roof and its FP32, TF32 and FP16 compute roofs (and, dashed,
+the ``mma.sync`` roofs measured on it, where recorded), move two
 sliders for a hypothetical kernel's FLOPs and bytes, and see every kernel the book has recorded (all
 chapters' data/results/*.csv) as a point.
 
@@ -30,8 +31,34 @@ def _widget_class():
         specs = traitlets.Dict().tag(sync=True)
         points = traitlets.List().tag(sync=True)
         unplaced = traitlets.Int(0).tag(sync=True)
+        measured_roofs = traitlets.List().tag(sync=True)
 
     return RooflineWidget
+
+
+def measured_roofs(folder=None) -> list[dict]:
+    """Compute roofs measured on a GPU rather than read from a datasheet: the fastest register-only
+    ``mma.sync`` loop per input kind (data/results/tensorcores.mma_ceiling.csv), each with the widget's key
+    of the GPU it ran on. Empty if nothing is recorded."""
+    import pandas as pd
+
+    from ..results import RESULTS
+    from ..specs import spec_for
+
+    path = Path(folder or RESULTS) / "tensorcores.mma_ceiling.csv"
+    if not path.exists():
+        return []
+    df = pd.read_csv(path, comment="#")
+    with open(path) as f:
+        header = f.readline()
+    device = header.split("device ", 1)[1].split(",")[0] if "device " in header else ""
+    spec = spec_for(device)
+    if spec is None:
+        return []
+    names = {"tf32": "TF32", "f16": "FP16", "bf16": "BF16"}
+    best = df.groupby("kind")["tflops"].max()
+    return [{"gpu": spec.key, "label": f"mma.sync {names[kind]} (measured)", "tflops": float(best[kind])}
+            for kind in ("tf32", "f16") if kind in best.index]
 
 
 def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: float = 9.0, folder=None):
@@ -46,4 +73,4 @@ def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: flo
     analyze(specs[gpu], 10 ** log10_flops, 10 ** log10_bytes)
     points, unplaced = recorded_points(folder)
     return _widget_class()(gpu=gpu, log10_flops=log10_flops, log10_bytes=log10_bytes, specs=specs,
-                           points=points, unplaced=unplaced)
+                           points=points, unplaced=unplaced, measured_roofs=measured_roofs(folder))

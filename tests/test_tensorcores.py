@@ -1,0 +1,80 @@
+"""The tensor-core ladder's kernel factory, its bank model and its recorded extras (the rungs themselves
+are checked against float64 in tests/test_mma.py::test_tensorcore_ladders_pass_their_checks)."""
+import numpy as np
+import pytest
+
+import lib
+from kernels import tensorcores as tc
+from lib.widgets.bank_conflicts import conflict_report
+
+
+@pytest.mark.parametrize("kind", ["tf32", "f16"])
+@pytest.mark.parametrize("operand", ["A", "B"])
+@pytest.mark.parametrize("bn", [64, 128, 256])
+def test_swizzled_fragment_loads_are_conflict_free(kind, operand, bn):
+    swizzled = conflict_report(*tc.fragment_addresses(kind, operand, bn, True))
+    plain = conflict_report(*tc.fragment_addresses(kind, operand, bn, False))
+    assert swizzled["conflicts"] == 0, swizzled
+    # without the swizzle: A's 64-byte rows put 4 rows on one bank group, B's long rows 8 (ldmatrix) or 4
+    want = 8 if (operand == "B" and kind != "tf32") else 4
+    assert plain["degree"] == want, plain
+
+
+def test_bad_configurations_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="48 KiB"):
+        tc.make_mma_tiled_kernel("f16", 256, 256, 64, 64, 3, True)
+    with pytest.raises(ValueError, match="BN % WN"):
+        tc.make_mma_tiled_kernel("tf32", 128, 128, 48, 32, 3, True)
+    with pytest.raises(ValueError, match="swizzle needs"):
+        tc.make_mma_tiled_kernel("f16", 32, 16, 16, 8, 3, True)
+    with pytest.raises(ValueError, match="kind must be"):
+        tc.make_mma_tiled_kernel("fp8", 128, 128, 64, 32, 3, True)
+
+
+def test_launcher_refuses_shapes_it_cannot_tile():
+    a, b = np.zeros((128, 40), np.int16), np.zeros((40, 128), np.int16)
+    with pytest.raises(ValueError, match="K % 32"):
+        tc.launch_mma_tiled("f16", a, b, np.zeros((128, 128), np.float32), tc.RUNG_CONFIGS["swizzle"])
+
+
+@pytest.mark.parametrize("kind", ["tf32", "bf16"])
+def test_pipeline_ring_wraps_correctly(kind):
+    """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once."""
+    cfg = tc.tiled_config(64, 64, 32, 32, 3, True)
+    k = 5 * tc.BK_BYTES // (4 if kind == "tf32" else 2)
+    a, b = tc._inputs(kind)((64, 64, k), np.random.default_rng(5))
+    c = np.full((64, 64), np.nan, np.float32)
+    tc.launch_mma_tiled(kind, a, b, c, cfg)
+    expected = tc._reference(kind)(a, b)
+    tol = tc.matmul_tolerance(kind)(a, b, expected)
+    err = np.abs(c - expected)
+    worst = np.unravel_index(np.argmax(err - tol.rtol * tol.scale), err.shape)
+    assert (err <= tol.rtol * tol.scale).all(), f"element {worst}: {c[worst]} vs {expected[worst]}"
+
+
+def test_sass_counts_skip_placeholders():
+    listing = "\n".join(["        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;",
+                         "        /*0020*/              @!PT LDS RZ, [RZ] ;",
+                         "        /*0030*/               @P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;",
+                         "        /*0040*/                   LDSM.16.M88.4 R8, [R8] ;"])
+    counts = tc.sass_counts(listing)
+    assert (counts["HMMA"], counts["LDS"], counts["LDGSTS"], counts["LDSM"]) == (1, 0, 1, 1)
+
+
+def test_measured_roofs_are_the_recorded_ceiling():
+    from lib.widgets.roofline import measured_roofs
+
+    ceiling = tc.load_ceiling()
+    roofs = {r["label"]: r for r in measured_roofs()}
+    assert roofs["mma.sync TF32 (measured)"]["tflops"] == ceiling[ceiling["kind"] == "tf32"]["tflops"].max()
+    assert roofs["mma.sync FP16 (measured)"]["gpu"] == "H200"
+
+
+def test_recorded_sweep_names_one_winner_per_kind():
+    sweep = tc.load_extra("autotune")
+    for kind in tc.K_STEP:
+        rows = sweep[sweep["kind"] == kind]
+        assert rows["winner"].sum() == 1
+        best = rows[rows["winner"]].iloc[0]
+        assert best["tflops"] == rows["tflops"].max()
+        assert tc.recorded_tuned_config(kind)["BM"] == best["BM"]
