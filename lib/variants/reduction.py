@@ -511,5 +511,8 @@ VARIANTS = {
 
 
 RACES = {("reduce_sum", "non-atomic out[0] += x[i]")}
+# The order in which atomics add the partials into a non-zero start is the simulator's (block by block); a GPU's
+# differs by the roundings of the additions next to the start value.
 SIMULATOR_ONLY_MODELS = {("reduce_sum", "each block stores into out[0]"),
-                         ("reduce_sum", "out not zeroed before the atomics")}
+                         ("reduce_sum", "out not zeroed before the atomics"),
+                         ("sum_of_squares", "out not zeroed before the atomics")}
