@@ -574,6 +574,18 @@ def softmax_on_chip_shared(x, out, threads: int = SHARED_THREADS, reg_items: int
     kernel[rows, threads, 0, shared_bytes](x, out)
 
 
+def kernel_that_runs(rung: str, cols: int) -> str:
+    """The kernel a rung's launcher launches for rows of `cols` floats, fallbacks included (for tables that
+    must not credit a rung with another kernel's time). Assumes 16-byte aligned matrices, as the ladder's."""
+    if rung == "softmax_warp_vector_kernel" and (cols > VECTOR_MAX_COLS or cols % VECTOR):
+        rung = "softmax_on_chip_kernel"
+    if rung == "softmax_on_chip_shared_kernel" and cols <= ON_CHIP_MAX_COLS:
+        rung = "softmax_on_chip_kernel"
+    too_long = {"softmax_on_chip_kernel": ON_CHIP_MAX_COLS, "softmax_on_chip_fastmath_kernel": ON_CHIP_MAX_COLS,
+                "softmax_on_chip_shared_kernel": SHARED_MAX_COLS}
+    return "softmax_online_kernel" if cols > too_long.get(rung, cols) else rung
+
+
 # --- reference, inputs, ladder ------------------------------------------------------------------------
 def softmax_reference(x):
     """Row softmax in float64 with the chapter's masking convention (a fully masked row gives zeros)."""

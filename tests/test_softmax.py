@@ -140,6 +140,18 @@ def test_on_chip_shared_launcher_uses_shared_memory_and_hands_over_outside_it(mo
     assert_softmax(run(launch, x), x)  # longer than 64 x (2 + 96): the online kernel
 
 
+def test_kernel_that_runs_names_the_fallbacks():
+    ran = sm.kernel_that_runs
+    assert ran("softmax_warp_vector_kernel", 512) == "softmax_warp_vector_kernel"
+    assert ran("softmax_warp_vector_kernel", 8192) == "softmax_on_chip_kernel"
+    assert ran("softmax_warp_vector_kernel", 65536) == "softmax_online_kernel"
+    assert ran("softmax_on_chip_shared_kernel", 4096) == "softmax_on_chip_kernel"
+    assert ran("softmax_on_chip_shared_kernel", 65536) == "softmax_on_chip_shared_kernel"
+    assert ran("softmax_on_chip_shared_kernel", sm.SHARED_MAX_COLS + 1) == "softmax_online_kernel"
+    assert ran("softmax_on_chip_fastmath_kernel", 65536) == "softmax_online_kernel"
+    assert ran("softmax_three_pass_kernel", 65536) == "softmax_three_pass_kernel"
+
+
 def test_on_chip_falls_back_beyond_registers():
     x = np.random.default_rng(5).normal(0, 3, (1, sm.ON_CHIP_MAX_COLS + 1)).astype(np.float32)
     assert_softmax(run(sm.softmax_on_chip, x), x)
