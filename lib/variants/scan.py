@@ -445,19 +445,16 @@ def _suffix64(x):
     return np.cumsum(np.asarray(x, np.float64)[::-1])[::-1]
 
 
-def _suffix_tiles(x, launches, own_side):
-    """Suffix sums within each tile, plus the totals of the tiles after it (own_side) or before it."""
-    tile = _tile_of(launches)
-    if tile is None:
+def _suffix_carry_from_before(x, launches, fill=np.nan):
+    """Suffix sums within each tile, plus the totals of the tiles before it (the carry from the wrong side)."""
+    local = _suffix_no_carry(x, launches)
+    if local is None:
         return None
+    tile = _tile_of(launches)
     x = np.asarray(x, np.float64)
-    n = x.size
-    padded = np.concatenate([x, np.zeros(-n % tile)]).reshape(-1, tile)
-    local = np.cumsum(padded[:, ::-1], axis=1)[:, ::-1]
-    totals = padded.sum(axis=1)
-    after = np.concatenate([np.cumsum(totals[::-1])[::-1][1:], [0.0]])
+    totals = np.concatenate([x, np.zeros(-x.size % tile)]).reshape(-1, tile).sum(axis=1)
     before = np.concatenate([[0.0], np.cumsum(totals)[:-1]])
-    return (local + (after if own_side else before)[:, None]).ravel()[:n]
+    return local + np.repeat(before, tile)[:x.size]
 
 
 def _suffix_no_carry(x, launches, fill=np.nan):
@@ -510,7 +507,7 @@ VARIANTS = {
         Variant("carry from the blocks before",
                 "each block added the total of the blocks before it: in a reverse scan the carry comes from the "
                 "blocks after it",
-                lambda x, launches, fill=np.nan: _suffix_tiles(x, launches, own_side=False), _suffix(carry_step=-1)),
+                _suffix_carry_from_before, _suffix(carry_step=-1)),
     ],
     "scan_inclusive": [
         Variant("no carry between blocks",
