@@ -334,18 +334,17 @@ def _no_swizzle(row, chunk):
     return chunk
 
 
-def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0) -> dict:
-    """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
-    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas."""
-    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG)
+def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True) -> dict:
+    """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store)."""
+    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC)
 
 
 def tiled_label(cfg: dict) -> str:
     return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
-            + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else ""))
+            + ("" if cfg["ASYNC"] else " sync"))
 
 
-def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) -> str | None:
+def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC) -> str | None:
     """Why a configuration cannot be built (None if it can)."""
     elem = 4 if kind == "tf32" else 2
     bk = BK_BYTES // elem
@@ -369,14 +368,14 @@ def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) 
 _TILED_KERNELS: dict = {}
 
 
-def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0):
+def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
     """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
-    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC)
     if key in _TILED_KERNELS:
         return _TILED_KERNELS[key]
     if kind not in K_STEP:
         raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
-    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC)
     if problem:
         raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
                          f"{problem}")
@@ -389,7 +388,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
     MI, NI = WM // TILE_M, WN // TILE_N          # mma tiles per warp: MI × NI accumulators of 4 floats
     WARPS_N = BN // WN
     THREADS = (BM // WM) * WARPS_N * WARP
-    A_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BN // CH
+    A_CHUNKS, A_ROW_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BK // CH, BN // CH
     B_CHUNKS = BK * B_CHUNKS_ROW
     A_STAGE, B_STAGE = BM * BK, BK * BN          # values per stage
     A_SMEM, B_SMEM = STAGES * A_STAGE, STAGES * B_STAGE
@@ -402,12 +401,16 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
 
     @cuda.jit(device=True)
     def load_stage(a, b, a_s, b_s, stage, row0, col0, k0, tid):
-        """Copy the stage's A (BM × BK) and B (BK × BN) slices, chunk by chunk, into their swizzled places."""
+        """Copy the stage's A (BM × BK) and B (BK × BN) slices, chunk by chunk, into their swizzled places.
+        Round `it` moves chunks tid + it·THREADS; when THREADS is a multiple of a row's chunks, a thread
+        keeps its chunk column and only steps down by whole rows (no division per round)."""
         n, k = b.shape[1], a.shape[1]
-        for it in range(A_ROUNDS):                  # a constant trip count: unrolled, no division per chunk
-            e = tid + it * THREADS
-            if A_CHUNKS % THREADS == 0 or e < A_CHUNKS:
-                r, ch = e // (BK // CH), e % (BK // CH)
+        for it in range(A_ROUNDS):                  # a constant trip count: unrolled
+            if A_CHUNKS % THREADS == 0 or tid + it * THREADS < A_CHUNKS:
+                if THREADS % A_ROW_CHUNKS == 0:
+                    r, ch = tid // A_ROW_CHUNKS + it * (THREADS // A_ROW_CHUNKS), tid % A_ROW_CHUNKS
+                else:
+                    r, ch = (tid + it * THREADS) // A_ROW_CHUNKS, (tid + it * THREADS) % A_ROW_CHUNKS
                 dst = stage * A_STAGE + r * BK + swz_a(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(a_s, dst, a, (row0 + r) * k + k0 + ch * CH)
@@ -415,9 +418,11 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
                     for q in range(CH):
                         a_s[dst + q] = a[row0 + r, k0 + ch * CH + q]
         for it in range(B_ROUNDS):
-            e = tid + it * THREADS
-            if B_CHUNKS % THREADS == 0 or e < B_CHUNKS:
-                r, ch = e // B_CHUNKS_ROW, e % B_CHUNKS_ROW
+            if B_CHUNKS % THREADS == 0 or tid + it * THREADS < B_CHUNKS:
+                if THREADS % B_CHUNKS_ROW == 0:
+                    r, ch = tid // B_CHUNKS_ROW + it * (THREADS // B_CHUNKS_ROW), tid % B_CHUNKS_ROW
+                else:
+                    r, ch = (tid + it * THREADS) // B_CHUNKS_ROW, (tid + it * THREADS) % B_CHUNKS_ROW
                 dst = stage * B_STAGE + r * BN + swz_b(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(b_s, dst, b, (k0 + r) * n + col0 + ch * CH)
@@ -474,7 +479,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
                     for q in range(4):
                         acc[i, j, q] = d[q]
 
-    @cuda.jit(**({"max_registers": MAXREG} if MAXREG else {}))
+    @cuda.jit
     def matmul_mma_tiled_kernel(a, b, c):
         """C = A @ B on the tensor cores, float32 accumulation: a block computes a BM × BN tile of C, each
         of its warps a WM × WN piece of it as MI × NI mma.sync tiles held in registers. Slices of A and B
@@ -509,21 +514,22 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
             if s < k_tiles:
                 load_stage(a, b, a_s, b_s, s, row0, col0, s * BK, tid)
             mma.cp_async_commit()
+        stage, refill = 0, STAGES - 1               # the ring's slot read now, and the one refilled next
         for kt in range(k_tiles):
-            stage = kt % STAGES
             if ASYNC:
                 mma.cp_async_wait_group(WAIT)       # this stage's copies have landed (for this thread) ...
                 cuda.syncthreads()                  # ... and for every thread; the stage read last is free
-                nxt = kt + STAGES - 1
-                if nxt < k_tiles:
-                    load_stage(a, b, a_s, b_s, nxt % STAGES, row0, col0, nxt * BK, tid)
+                if kt + STAGES - 1 < k_tiles:
+                    load_stage(a, b, a_s, b_s, refill, row0, col0, (kt + STAGES - 1) * BK, tid)
                 mma.cp_async_commit()               # an empty group at the tail keeps the count in step
+                refill = 0 if refill == STAGES - 1 else refill + 1
             else:
                 load_stage(a, b, a_s, b_s, 0, row0, col0, kt * BK, tid)
                 cuda.syncthreads()
             a_base, b_base = stage * A_STAGE, stage * B_STAGE
             mma_step(a_s, b_s, a_base, b_base, 0, acc, af, bf, af32, bf32, wrow, wcol, lane)   # BK = 2 steps
             mma_step(a_s, b_s, a_base, b_base, KS, acc, af, bf, af32, bf32, wrow, wcol, lane)
+            stage = 0 if stage == STAGES - 1 else stage + 1
             if not ASYNC:
                 cuda.syncthreads()                  # everyone is done with the stage before it is refilled
         for i in range(MI):
@@ -650,11 +656,10 @@ RUNG_CONFIGS = {
     "swizzle": tiled_config(128, 128, 64, 32, 3, True),                         # + XOR-swizzled tiles
 }
 # The autotuner's candidates (all swizzled): block tiles of 64-256, warp tiles of 32-64, 2-4 stages, every
-# one within 48 KiB of static shared memory; one capped at 128 registers (2 blocks of 8 warps per SM
-# instead of 1, if ptxas manages without spilling).
+# one within 48 KiB of static shared memory.
 TUNE_SPACE = [tiled_config(bm, bn, wm, wn, s, True) for bm, bn, wm, wn, s in [
     (128, 128, 64, 32, 3), (128, 128, 32, 64, 3), (128, 128, 64, 64, 3), (128, 64, 64, 32, 4),
-    (64, 128, 32, 64, 4), (128, 256, 64, 64, 2)]] + [tiled_config(128, 128, 64, 32, 3, True, MAXREG=128)]
+    (64, 128, 32, 64, 4), (128, 256, 64, 64, 2), (64, 64, 32, 32, 4)]]
 TUNE_SIZE = 4096
 TUNE_CHECK_SIZE = (256, 256, 128)                       # every candidate is checked here before it is timed
 AUTOTUNE_FILE = lib.DATA / "results" / f"{CHAPTER}.autotune.csv"
@@ -775,9 +780,14 @@ BASELINES = {
 }
 SIZES = [(4096, 4096, 4096)]
 # On the simulator: the small-tile rungs at 32 × 16 × 64 (rung 0: 4 warps; rungs 1-2: one block of 4 warps; the
-# 3-stage ring wraps for TF32), the large-tile ones at one 128 × 128 block with K = 32. Every lane, stage
-# slot and swizzled chunk is exercised; small enough for CI (tests/test_tensorcores.py goes deeper in K).
-SIM_SIZES = {"small": [(32, 16, 64)], "large": [(128, 128, 32)]}
+# 3-stage ring wraps for TF32), the large-tile ones at one block of the largest of their tiles (the recorded
+# autotuned tile may exceed 128 × 128) with K = 32. Every lane, stage slot and swizzled chunk is exercised;
+# small enough for CI (tests/test_tensorcores.py goes deeper in K).
+def _sim_sizes(kind, group):
+    if group == "small":
+        return [(32, 16, 64)]
+    tiles = [RUNG_CONFIGS["warptile"], RUNG_CONFIGS["swizzle"], recorded_tuned_config(kind)]
+    return [(max(t["BM"] for t in tiles), max(t["BN"] for t in tiles), 32)]
 
 
 def _ladder(kind, group, rungs, baselines):
@@ -785,7 +795,7 @@ def _ladder(kind, group, rungs, baselines):
                   description=f"C = A @ B, {kind} inputs, float32 out",
                   make_inputs=_inputs(kind), out_shape=lambda a, b: (a.shape[0], b.shape[1]),
                   reference=_reference(kind), bytes=matmul_bytes(kind), flops=matmul_flops, unit="TFLOP/s",
-                  sizes=SIZES, sim_sizes=SIM_SIZES[group], rungs=rungs, baselines=baselines,
+                  sizes=SIZES, sim_sizes=_sim_sizes(kind, group), rungs=rungs, baselines=baselines,
                   tolerance=matmul_tolerance(kind))
 
 
