@@ -334,17 +334,18 @@ def _no_swizzle(row, chunk):
     return chunk
 
 
-def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True) -> dict:
-    """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store)."""
-    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC)
+def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0) -> dict:
+    """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
+    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas."""
+    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG)
 
 
 def tiled_label(cfg: dict) -> str:
     return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
-            + ("" if cfg["ASYNC"] else " sync"))
+            + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else ""))
 
 
-def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC) -> str | None:
+def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) -> str | None:
     """Why a configuration cannot be built (None if it can)."""
     elem = 4 if kind == "tf32" else 2
     bk = BK_BYTES // elem
@@ -368,14 +369,14 @@ def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC) -> str | N
 _TILED_KERNELS: dict = {}
 
 
-def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
+def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0):
     """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
-    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC)
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
     if key in _TILED_KERNELS:
         return _TILED_KERNELS[key]
     if kind not in K_STEP:
         raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
-    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC)
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
     if problem:
         raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
                          f"{problem}")
@@ -388,7 +389,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
     MI, NI = WM // TILE_M, WN // TILE_N          # mma tiles per warp: MI × NI accumulators of 4 floats
     WARPS_N = BN // WN
     THREADS = (BM // WM) * WARPS_N * WARP
-    A_CHUNKS, A_ROW_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BK // CH, BN // CH
+    A_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BN // CH
     B_CHUNKS = BK * B_CHUNKS_ROW
     A_STAGE, B_STAGE = BM * BK, BK * BN          # values per stage
     A_SMEM, B_SMEM = STAGES * A_STAGE, STAGES * B_STAGE
@@ -401,16 +402,12 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
 
     @cuda.jit(device=True)
     def load_stage(a, b, a_s, b_s, stage, row0, col0, k0, tid):
-        """Copy the stage's A (BM × BK) and B (BK × BN) slices, chunk by chunk, into their swizzled places.
-        Round `it` moves chunks tid + it·THREADS; when THREADS is a multiple of a row's chunks, a thread
-        keeps its chunk column and only steps down by whole rows (no division per round)."""
+        """Copy the stage's A (BM × BK) and B (BK × BN) slices, chunk by chunk, into their swizzled places."""
         n, k = b.shape[1], a.shape[1]
-        for it in range(A_ROUNDS):                  # a constant trip count: unrolled
-            if A_CHUNKS % THREADS == 0 or tid + it * THREADS < A_CHUNKS:
-                if THREADS % A_ROW_CHUNKS == 0:
-                    r, ch = tid // A_ROW_CHUNKS + it * (THREADS // A_ROW_CHUNKS), tid % A_ROW_CHUNKS
-                else:
-                    r, ch = (tid + it * THREADS) // A_ROW_CHUNKS, (tid + it * THREADS) % A_ROW_CHUNKS
+        for it in range(A_ROUNDS):                  # a constant trip count: unrolled, no division per chunk
+            e = tid + it * THREADS
+            if A_CHUNKS % THREADS == 0 or e < A_CHUNKS:
+                r, ch = e // (BK // CH), e % (BK // CH)
                 dst = stage * A_STAGE + r * BK + swz_a(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(a_s, dst, a, (row0 + r) * k + k0 + ch * CH)
@@ -418,11 +415,9 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
                     for q in range(CH):
                         a_s[dst + q] = a[row0 + r, k0 + ch * CH + q]
         for it in range(B_ROUNDS):
-            if B_CHUNKS % THREADS == 0 or tid + it * THREADS < B_CHUNKS:
-                if THREADS % B_CHUNKS_ROW == 0:
-                    r, ch = tid // B_CHUNKS_ROW + it * (THREADS // B_CHUNKS_ROW), tid % B_CHUNKS_ROW
-                else:
-                    r, ch = (tid + it * THREADS) // B_CHUNKS_ROW, (tid + it * THREADS) % B_CHUNKS_ROW
+            e = tid + it * THREADS
+            if B_CHUNKS % THREADS == 0 or e < B_CHUNKS:
+                r, ch = e // B_CHUNKS_ROW, e % B_CHUNKS_ROW
                 dst = stage * B_STAGE + r * BN + swz_b(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(b_s, dst, b, (k0 + r) * n + col0 + ch * CH)
@@ -479,7 +474,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
                     for q in range(4):
                         acc[i, j, q] = d[q]
 
-    @cuda.jit
+    @cuda.jit(**({"max_registers": MAXREG} if MAXREG else {}))
     def matmul_mma_tiled_kernel(a, b, c):
         """C = A @ B on the tensor cores, float32 accumulation: a block computes a BM × BN tile of C, each
         of its warps a WM × WN piece of it as MI × NI mma.sync tiles held in registers. Slices of A and B
@@ -514,22 +509,21 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True):
             if s < k_tiles:
                 load_stage(a, b, a_s, b_s, s, row0, col0, s * BK, tid)
             mma.cp_async_commit()
-        stage, refill = 0, STAGES - 1               # the ring's slot read now, and the one refilled next
         for kt in range(k_tiles):
+            stage = kt % STAGES
             if ASYNC:
                 mma.cp_async_wait_group(WAIT)       # this stage's copies have landed (for this thread) ...
                 cuda.syncthreads()                  # ... and for every thread; the stage read last is free
-                if kt + STAGES - 1 < k_tiles:
-                    load_stage(a, b, a_s, b_s, refill, row0, col0, (kt + STAGES - 1) * BK, tid)
+                nxt = kt + STAGES - 1
+                if nxt < k_tiles:
+                    load_stage(a, b, a_s, b_s, nxt % STAGES, row0, col0, nxt * BK, tid)
                 mma.cp_async_commit()               # an empty group at the tail keeps the count in step
-                refill = 0 if refill == STAGES - 1 else refill + 1
             else:
                 load_stage(a, b, a_s, b_s, 0, row0, col0, kt * BK, tid)
                 cuda.syncthreads()
             a_base, b_base = stage * A_STAGE, stage * B_STAGE
             mma_step(a_s, b_s, a_base, b_base, 0, acc, af, bf, af32, bf32, wrow, wcol, lane)   # BK = 2 steps
             mma_step(a_s, b_s, a_base, b_base, KS, acc, af, bf, af32, bf32, wrow, wcol, lane)
-            stage = 0 if stage == STAGES - 1 else stage + 1
             if not ASYNC:
                 cuda.syncthreads()                  # everyone is done with the stage before it is refilled
         for i in range(MI):
@@ -656,10 +650,11 @@ RUNG_CONFIGS = {
     "swizzle": tiled_config(128, 128, 64, 32, 3, True),                         # + XOR-swizzled tiles
 }
 # The autotuner's candidates (all swizzled): block tiles of 64-256, warp tiles of 32-64, 2-4 stages, every
-# one within 48 KiB of static shared memory.
+# one within 48 KiB of static shared memory; one capped at 128 registers (2 blocks of 8 warps per SM
+# instead of 1, if ptxas manages without spilling).
 TUNE_SPACE = [tiled_config(bm, bn, wm, wn, s, True) for bm, bn, wm, wn, s in [
     (128, 128, 64, 32, 3), (128, 128, 32, 64, 3), (128, 128, 64, 64, 3), (128, 64, 64, 32, 4),
-    (64, 128, 32, 64, 4), (128, 256, 64, 64, 2), (64, 64, 32, 32, 4)]]
+    (64, 128, 32, 64, 4), (128, 256, 64, 64, 2)]] + [tiled_config(128, 128, 64, 32, 3, True, MAXREG=128)]
 TUNE_SIZE = 4096
 TUNE_CHECK_SIZE = (256, 256, 128)                       # every candidate is checked here before it is timed
 AUTOTUNE_FILE = lib.DATA / "results" / f"{CHAPTER}.autotune.csv"
