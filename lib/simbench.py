@@ -60,18 +60,19 @@ def _barrier_expected(x):
 
 
 def _attention_solution():
-    """The `attention` exercise's solution cell, executed in a namespace of its own (its grade call is a
-    no-op here)."""
+    """The `causal_attention` exercise's solution cell, executed in a namespace of its own (its grade call is
+    a no-op here)."""
     from lib import notebooks
 
     nb = notebooks.read(lib.ROOT / "chapters" / "attention.md")
     cells = nb.cells
     start = next(i for i, c in enumerate(cells)
-                 if c.cell_type == "markdown" and re.search(r"^### Exercise: attention$", c.source, re.M))
+                 if c.cell_type == "markdown" and re.search(r"^### Exercise: causal attention$", c.source, re.M))
     cell = next(c for c in cells[start:] if c.cell_type == "code" and "solution" in c.metadata.get("tags", []))
     namespace = {"__name__": "attention_solution", "grade": lambda *args, **kwargs: None}
-    exec(compile(cell.source, "chapters/attention.md (solution of the attention exercise)", "exec"), namespace)
-    return namespace["attention"]
+    exec(compile(cell.source, "chapters/attention.md (solution of the causal attention exercise)", "exec"),
+         namespace)
+    return namespace["causal_attention"]
 
 
 def cases():
@@ -103,6 +104,7 @@ def cases():
     q, k, v = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
     o = np.zeros_like(q)
     s = q.astype(np.float64) @ k.T.astype(np.float64) / math.sqrt(64)
+    s[np.triu_indices(64, 1)] = -np.inf  # causal: query i sees keys j <= i
     p = np.exp(s - s.max(axis=1, keepdims=True))
     expected = (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
     out.append(("attention", lambda: attention(q, k, v, o),
