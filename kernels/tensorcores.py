@@ -526,6 +526,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
             mma_step(a_s, b_s, a_base, b_base, KS, acc, af, bf, af32, bf32, wrow, wcol, lane)
             if not ASYNC:
                 cuda.syncthreads()                  # everyone is done with the stage before it is refilled
+        # the epilogue: each warp's accumulators go straight to C
         for i in range(MI):
             for j in range(NI):
                 _store_c(c, row0 + wrow + i * TILE_M, col0 + wcol + j * TILE_N, lane,
@@ -798,6 +799,40 @@ def _ladder(kind, group, rungs, baselines):
 LADDERS = [ladder for kind in K_STEP
            for ladder in (_ladder(kind, "small", _rungs(kind)[0], BASELINES[kind]),
                           _ladder(kind, "large", _rungs(kind)[1], []))]
+
+
+# --- the ladder as a table (for the chapter) -----------------------------------------------------------
+KIND_LABELS = {"tf32": "TF32", "f16": "FP16", "bf16": "BF16"}
+STEPS = ["global", "shared", "pipeline", "warptile", "swizzle", "autotuned"]
+
+
+def rung_name(step: str, kind: str) -> str:
+    """The ladder's rung name for a step: rung 1 is 'shared' in TF32 and 'ldmatrix' in 16 bits."""
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+    if step == "shared" and kind != "tf32":
+        step = "ldmatrix"
+    return f"matmul_mma_{step}_{kind}"
+
+
+def ladder_table(df, steps=STEPS, size="4096x4096x4096"):
+    """Recorded TFLOP/s of the given steps, one column per input kind, each with its ratio to cuBLAS
+    measured in the same run (a 'cuBLAS' row last). Rungs not recorded are left empty."""
+    import pandas as pd
+
+    rows = df[df["size"] == size].set_index("kernel")["value"]
+    table = {}
+    for kind, label in KIND_LABELS.items():
+        base = rows.get(BASELINES[kind][0].name)
+        col = {}
+        for step in steps:
+            value = rows.get(rung_name(step, kind))
+            col[f"{STEPS.index(step)} {step}"] = "" if value is None else f"{value:.1f} ({value / base:.3f}×)"
+        col["cuBLAS"] = "" if base is None else f"{base:.0f} (1×)"
+        table[label] = col
+    out = pd.DataFrame(table)
+    out.index.name = "rung (TFLOP/s, × cuBLAS)"
+    return out
 
 
 # --- recordings that are not a ladder: the ceiling ----------------------------------------------------

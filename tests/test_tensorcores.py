@@ -78,3 +78,16 @@ def test_recorded_sweep_names_one_winner_per_kind():
         best = rows[rows["winner"]].iloc[0]
         assert best["tflops"] == rows["tflops"].max()
         assert tc.recorded_tuned_config(kind)["BM"] == best["BM"]
+
+
+def test_ladder_table_reads_the_recorded_rows():
+    from lib import results
+
+    recorded = results.load("tensorcores")
+    table = tc.ladder_table(recorded)
+    rows = recorded[recorded["size"] == "4096x4096x4096"].set_index("kernel")["value"]
+    value, base = rows["matmul_mma_swizzle_f16"], rows["torch.matmul.fp16"]
+    assert table.loc["4 swizzle", "FP16"] == f"{value:.1f} ({value / base:.3f}×)"
+    assert list(table.index)[-1] == "cuBLAS"
+    with pytest.raises(ValueError, match="step must be"):
+        tc.rung_name("tiled", "f16")
