@@ -39,6 +39,12 @@ def make_probe():
         return types.UniTuple(types.float32, 4)(desc_a, desc_b, c0, c1, c2, c3), codegen
 
     def wgmma_probe_kernel(out, desc_a, desc_b):
+        """One wgmma.mma_async of a 64 × 8 × 16 tile; each thread writes the sum of its 4 accumulators.
+
+        Memory: A and B would be read by the tensor cores from shared memory at the descriptors' addresses
+        (here: whatever desc_a[0] and desc_b[0] hold; the probe is compiled, never launched).
+        Launch: one warpgroup (128 threads), one block.
+        """
         acc = wgmma_m64n8k16_f16(desc_a[0], desc_b[0], float32(0), float32(0), float32(0), float32(0))
         out[cuda.threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3]
 
