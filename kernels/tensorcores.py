@@ -329,6 +329,7 @@ def _swizzle_b32(row, chunk):
     return chunk ^ ((row & 3) << 1)
 
 
+# rungs 1-3 keep the chunks where they are
 @cuda.jit(device=True)
 def _no_swizzle(row, chunk):
     return chunk
@@ -474,6 +475,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
                     for q in range(4):
                         acc[i, j, q] = d[q]
 
+    # the kernel itself, built from the two device functions above
     @cuda.jit(**({"max_registers": MAXREG} if MAXREG else {}))
     def matmul_mma_tiled_kernel(a, b, c):
         """C = A @ B on the tensor cores, float32 accumulation: a block computes a BM × BN tile of C, each
