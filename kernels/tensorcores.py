@@ -779,13 +779,13 @@ BASELINES = {
 SIZES = [(4096, 4096, 4096)]
 # On the simulator: the small-tile rungs at 32 × 16 × 64 (rung 0: 4 warps; rungs 1-2: one block of 4 warps; the
 # 3-stage ring wraps for TF32), the large-tile ones at one block of the largest of their tiles (the recorded
-# autotuned tile may exceed 128 × 128) with K = 32. Every lane, stage slot and swizzled chunk is exercised;
-# small enough for CI (tests/test_tensorcores.py goes deeper in K).
+# autotuned tile may exceed 128 × 128) and one K slice. Every lane and swizzled chunk is exercised; small
+# enough for CI (tests/test_tensorcores.py runs a ring of 3 stages over 5 slices).
 def _sim_sizes(kind, group):
     if group == "small":
         return [(32, 16, 64)]
     tiles = [RUNG_CONFIGS["warptile"], RUNG_CONFIGS["swizzle"], recorded_tuned_config(kind)]
-    return [(max(t["BM"] for t in tiles), max(t["BN"] for t in tiles), 32)]
+    return [(max(t["BM"] for t in tiles), max(t["BN"] for t in tiles), BK_BYTES // (4 if kind == "tf32" else 2))]
 
 
 def _ladder(kind, group, rungs, baselines):
