@@ -86,7 +86,7 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
     import lib
     from numba import cuda
 
-    from .clocks import Sampler
+    from .clocks import after_run
     from .results import environment, make_row
     from .timing import time_cuda
 
@@ -120,10 +120,10 @@ def run_ladder(ladder: Ladder, sizes=None, seed: int = 0, reps: int | None = Non
                 continue
             if lib.ON_GPU:
                 flops = ladder.flops(size) if ladder.flops else None
-                with Sampler() as gpu:  # clocks, power, temperature while the repetitions run
-                    timing = time_cuda(call, bytes=ladder.bytes(size), flops=flops, reps=reps)
+                timing = time_cuda(call, bytes=ladder.bytes(size), flops=flops, reps=reps)
+                gpu = after_run()  # clocks, power, temperature as the repetitions end (lib.clocks)
                 row = make_row(ladder.chapter, name, ladder.size_label(size), dtype or inputs[0].dtype.name,
-                               timing, ladder.unit, env, gpu=gpu.result())
+                               timing, ladder.unit, env, gpu=gpu)
                 rows.append(row)
                 samples[f"{row['kernel']}|{row['size']}|{row['dtype']}"] = timing.samples_ms.tolist()
             if progress is not None:

@@ -21,7 +21,7 @@ COLUMNS = ["chapter", "kernel", "size", "dtype", "median_ms", "q1_ms", "q3_ms", 
 # "timer": how the row was timed (lib.timing): "held" = the GPU's time for the work, the stream held while
 # the host enqueued it; "events" = a plain pair of CUDA events, the host's launch cost included. Rows
 # recorded before the column existed were timed the second way.
-# sm_mhz, mem_mhz, power_w, temp_c, throttle: what NVML said while the row's repetitions ran (lib.clocks);
+# sm_mhz, mem_mhz, power_w, temp_c, throttle: what NVML said as the row's repetitions ended (lib.clocks);
 # empty where it could not be read, and in rows recorded before these columns existed.
 LEGACY_DEFAULTS = {"timer": "events", **dict.fromkeys(CLOCK_FIELDS, np.nan)}  # what old rows mean
 
@@ -43,7 +43,7 @@ def environment() -> dict:
 def make_row(chapter: str, kernel: str, size: str, dtype: str, timing, unit: str, env: dict,
              gpu: dict | None = None) -> dict:
     """A result row from a :class:`lib.timing.Timing`; `size` is a label such as '268435456' or '4096x4096';
-    `gpu` is the clocks, power and temperature while it ran (:class:`lib.clocks.Sampler`), empty if None."""
+    `gpu` is the clocks, power and temperature as it ran (:func:`lib.clocks.after_run`), empty if None."""
     gpu = {} if gpu is None else gpu
     unknown = set(gpu) - set(CLOCK_FIELDS)
     if unknown:

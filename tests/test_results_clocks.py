@@ -1,8 +1,5 @@
 """lib.clocks and the clock columns of lib.results; lib.bench's dtype label. No GPU needed: NVML's readings are
 stood in for where a test needs them, and on a machine without NVML the columns must stay empty."""
-import threading
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -33,25 +30,14 @@ def test_summary_takes_medians_the_hottest_reading_and_every_limit_but_idle():
     assert clocks.summarize([dict(BUSY, power_w=None)])["power_w"] is None
 
 
-def test_sampler_reads_while_the_work_runs(monkeypatch):
-    calls = []
-    monkeypatch.setattr(clocks, "_open", lambda: ("lib", "handle"))
-    monkeypatch.setattr(clocks, "sample", lambda: calls.append(threading.current_thread()) or dict(BUSY))
-    with clocks.Sampler(period_s=0.005) as s:
-        time.sleep(0.06)
-    assert len(s.samples) >= 3 and threading.main_thread() not in calls  # taken from the background thread
-    assert s.result()["sm_mhz"] == 1980.0
-    with clocks.Sampler(period_s=10) as short:  # shorter than one period: one reading as it ends
-        pass
-    assert len(short.samples) == 1
+def test_after_run_is_one_reading_with_idle_not_counted_as_a_limit(monkeypatch):
+    monkeypatch.setattr(clocks, "sample", lambda: dict(BUSY, throttle="idle+sw_power_cap"))
+    assert clocks.after_run() == dict(BUSY, sm_mhz=1980.0, mem_mhz=3201.0, temp_c=50.0, throttle="sw_power_cap")
 
 
 def test_without_nvml_the_fields_are_empty_never_guessed(monkeypatch):
     monkeypatch.setattr(clocks, "_nvml", False)
-    assert clocks.sample() == clocks.EMPTY and clocks.limits() == {}
-    with clocks.Sampler() as s:
-        pass
-    assert s.result() == clocks.EMPTY
+    assert clocks.sample() == clocks.EMPTY and clocks.limits() == {} and clocks.after_run() == clocks.EMPTY
 
 
 def _row(gpu=None):
