@@ -183,7 +183,7 @@ def clock_note(df) -> str:
              [("SM clock ", "sm_mhz", "MHz"), ("memory ", "mem_mhz", "MHz"), ("", "power_w", "W"),
               ("", "temp_c", "°C")] if clocked[column].notna().any()]
     limits = sorted({r for v in clocked["throttle"].dropna() for r in str(v).split("+")} - {"none"})
-    note = ", ".join(parts) + " while timed"
+    note = ", ".join(parts) + " as each row's timing ended"
     if limits:
         note += f"; clocks limited by {', '.join(limits)} in some rows"
     elif clocked["throttle"].notna().any():
