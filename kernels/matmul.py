@@ -560,21 +560,23 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
 # ------------------------------------------------------------------------------------------------
 # Rungs 8-9: the warp-tiled kernel with a lean K loop, then with its fragments prefetched in registers
 # ------------------------------------------------------------------------------------------------
-LEAN_DEFAULT = dict(BM=256, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)
+LEAN_DEFAULT = dict(BM=256, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)  # rung 7's recorded winner: one change at a time
 _LEAN_KERNELS: dict = {}
 
 
-def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1):
+def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, unroll=2):
     """Build (once per configuration) the warp-tiled SGEMM with a lean K loop: 32-bit addresses, no
-    per-element guards inside K, and (prefetch=True) fragments double-buffered in registers. min_blocks is
-    the resident blocks per SM that ptxas must allow (launch bounds cap the registers to fit them). Returns
-    (kernel, threads per block)."""
-    key = (BM, BN, BK, WM, WN, TM, TN, prefetch, min_blocks)
+    per-element guards inside K, and (prefetch=True) fragments double-buffered in registers, the step loop
+    unrolled `unroll` (2 or 4) times. min_blocks is the resident blocks per SM that ptxas must allow (launch
+    bounds cap the registers to fit them). Returns (kernel, threads per block)."""
+    key = (BM, BN, BK, WM, WN, TM, TN, prefetch, min_blocks, unroll)
     if key in _LEAN_KERNELS:
         return _LEAN_KERNELS[key]
     shape = warptile_shape(BM, BN, BK, WM, WN, TM, TN)
-    if BK & (BK - 1) or BK % 2:
-        raise ValueError(f"BK = {BK}: the fragment prefetch needs an even power of two")
+    if BK & (BK - 1) or unroll not in (2, 4):
+        raise ValueError(f"BK = {BK}, unroll = {unroll}: the fragment prefetch needs BK a power of two and "
+                         "unroll 2 or 4")
+    UNROLL = unroll
     THREADS = shape["threads"]
     A_LOADS, B_LOADS = shape["a_loads"], shape["b_loads"]
     A_STEP = THREADS // (BK // 4)
@@ -682,11 +684,17 @@ def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1):
                            aligned and k0 + BK <= k)
             if prefetch:
                 load_fragments(a_tile_t, b_tile, buf, a_col0, b_col0, a_frag, b_frag)
-                for p in range(0, BK, 2):
+                for p in range(0, BK, UNROLL):   # the loop's own overhead is paid once per UNROLL steps
                     load_fragments(a_tile_t, b_tile, buf + p + 1, a_col0, b_col0, a_frag2, b_frag2)
                     outer_product(acc, a_frag, b_frag)
+                    if UNROLL == 4:
+                        load_fragments(a_tile_t, b_tile, buf + p + 2, a_col0, b_col0, a_frag, b_frag)
+                        outer_product(acc, a_frag2, b_frag2)
+                        load_fragments(a_tile_t, b_tile, buf + p + 3, a_col0, b_col0, a_frag2, b_frag2)
+                        outer_product(acc, a_frag, b_frag)
                     # the last step reloads row 0 of this buffer: harmless, and no branch in the loop
-                    load_fragments(a_tile_t, b_tile, buf + ((p + 2) & (BK - 1)), a_col0, b_col0, a_frag, b_frag)
+                    load_fragments(a_tile_t, b_tile, buf + ((p + UNROLL) & (BK - 1)), a_col0, b_col0,
+                                   a_frag, b_frag)
                     outer_product(acc, a_frag2, b_frag2)
             else:
                 for p in range(BK):
@@ -788,15 +796,21 @@ def matmul_warptile(a, b, c):
     launch_warptile(a, b, c, WARPTILE_DEFAULT)
 
 
-def launch_lean(a, b, c, config: dict, prefetch: bool, min_blocks: int = 1, where: str = "matmul_lean"):
-    """c = a @ b with the lean warp-tiled kernel of one configuration (BM, BN, BK, WM, WN, TM, TN)."""
-    m, n, k = _shapes(a, b, c, where)
+def check_i32_offsets(m, n, k, where):
+    """ValueError unless every element of A (m × k), B (k × n) and C (m × n) has a 32-bit offset."""
     if max(m * k, k * n, m * n) >= 2 ** 31:
         raise ValueError(f"{where}: {m}×{k} @ {k}×{n} has a matrix of 2^31 elements or more; this kernel "
                          "addresses memory with 32-bit offsets (use matmul_warptile)")
+
+
+def launch_lean(a, b, c, config: dict, prefetch: bool, min_blocks: int = 1, unroll: int = 2,
+                where: str = "matmul_lean"):
+    """c = a @ b with the lean warp-tiled kernel of one configuration (BM, BN, BK, WM, WN, TM, TN)."""
+    m, n, k = _shapes(a, b, c, where)
+    check_i32_offsets(m, n, k, where)
     if _zero_if_empty_k(m, n, k, c):
         return
-    kernel, threads = make_lean_kernel(**config, prefetch=prefetch, min_blocks=min_blocks)
+    kernel, threads = make_lean_kernel(**config, prefetch=prefetch, min_blocks=min_blocks, unroll=unroll)
     kernel[(_cdiv(n, config["BN"]), _cdiv(m, config["BM"])), threads](a, b, c)
 
 
@@ -806,8 +820,9 @@ def matmul_lean(a, b, c):
 
 
 def matmul_prefetch(a, b, c):
-    """c = a @ b with the lean K loop and register-prefetched fragments (rung 9), in LEAN_DEFAULT."""
-    launch_lean(a, b, c, LEAN_DEFAULT, prefetch=True, where="matmul_prefetch")
+    """c = a @ b with the lean K loop and register-prefetched fragments, step loop unrolled 4 times (rung 9),
+    in LEAN_DEFAULT."""
+    launch_lean(a, b, c, LEAN_DEFAULT, prefetch=True, unroll=4, where="matmul_prefetch")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -988,7 +1003,9 @@ def block_tile(rung: str) -> tuple[int, int] | None:
     return {"matmul_shared_tiled_kernel": (TILE, TILE), "matmul_blocktile_1d_kernel": (BM1, BN1),
             "matmul_blocktile_2d_kernel": (BM2, BN2), "matmul_vectorized_kernel": (BM2, BN2),
             "matmul_warptile_kernel": (WARPTILE_DEFAULT["BM"], WARPTILE_DEFAULT["BN"]),
-            "matmul_autotuned": (tuned_config()["BM"], tuned_config()["BN"])}.get(rung)
+            "matmul_autotuned": (tuned_config()["BM"], tuned_config()["BN"]),
+            "matmul_lean_kernel": (LEAN_DEFAULT["BM"], LEAN_DEFAULT["BN"]),
+            "matmul_prefetch_kernel": (LEAN_DEFAULT["BM"], LEAN_DEFAULT["BN"])}.get(rung)
 
 
 def global_load_bytes(rung: str, m: int, n: int, k: int) -> int:
@@ -1012,6 +1029,8 @@ RUNGS = [
     Rung("matmul_vectorized_kernel", matmul_vectorized, "float4 loads, transposed A tile"),
     Rung("matmul_warptile_kernel", matmul_warptile, "warp tiles, double-buffered shared memory"),
     Rung("matmul_autotuned", matmul_autotuned, "warp tiles, configuration swept on this GPU"),
+    Rung("matmul_lean_kernel", matmul_lean, "rung 7's tiles, 32-bit addresses, no guards inside K"),
+    Rung("matmul_prefetch_kernel", matmul_prefetch, "lean, fragments prefetched in registers"),
 ]
 FAST_RUNGS = RUNGS[4:]          # the register-blocked rungs: the only ones worth timing at 8192³
 SIM_SIZES = [(33, 17, 45)]   # ragged: no dimension a multiple of any tile; tests add multi-block sizes per rung
@@ -1075,7 +1094,9 @@ def _rung_kernels():
             ("matmul_blocktile_2d_kernel", matmul_blocktile_2d_kernel, THREADS2),
             ("matmul_vectorized_kernel", matmul_vectorized_kernel, THREADS2),
             ("matmul_warptile_kernel", warptile, wt_threads),
-            ("matmul_autotuned", tuned, tuned_threads)]
+            ("matmul_autotuned", tuned, tuned_threads),
+            ("matmul_lean_kernel", *make_lean_kernel(**LEAN_DEFAULT, prefetch=False)),
+            ("matmul_prefetch_kernel", *make_lean_kernel(**LEAN_DEFAULT, prefetch=True, unroll=4))]
 
 
 def _write_csv(path: Path, rows: list[dict], header: str):

@@ -30,6 +30,8 @@ MULTI_BLOCK = {
     "matmul_vectorized_kernel": (130, 21, 12),      # 2 row blocks; K % 4 == 0 (float4 path) but N is not
     "matmul_warptile_kernel": (20, 133, 36),        # 2 column blocks, 3 double-buffered K-steps
     "matmul_autotuned": (33, 17, 45),
+    "matmul_lean_kernel": (20, 36, 36),             # K, N % 4 == 0: float4 tiles then a ragged last tile
+    "matmul_prefetch_kernel": (20, 36, 36),
 }
 
 
@@ -93,6 +95,21 @@ def test_factory_bakes_each_configuration_once():
     assert threads == 128 and mm.make_warptile_kernel(**small)[0] is kernel
     assert kernel is not mm.make_warptile_kernel(**mm.WARPTILE_DEFAULT)[0]
     assert_matmul(*run(lambda a, b, c: mm.launch_warptile(a, b, c, small), 70, 65, 19))
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_lean_kernel_clamps_edges_and_zero_fills_the_last_tile(prefetch):
+    small = dict(BM=64, BN=64, BK=8, WM=32, WN=32, TM=8, TN=4)   # 4 warps
+    launch = lambda a, b, c: mm.launch_lean(a, b, c, small, prefetch=prefetch)   # noqa: E731
+    # 2 × 2 blocks: rows of A and columns of B past the edge are clamped, K = 44 ends in a half tile
+    assert_matmul(*run(launch, 70, 68, 44))
+    assert_matmul(*run(launch, 33, 17, 45))   # rows not 16-byte aligned: every tile takes the guarded path
+
+
+def test_lean_kernel_refuses_32_bit_overflow():
+    mm.check_i32_offsets(2 ** 15, 2 ** 16 - 1, 2 ** 15, "matmul_lean")   # just under 2^31 elements: fine
+    with pytest.raises(ValueError, match="2\\^31"):
+        mm.check_i32_offsets(2 ** 15, 2 ** 16, 2 ** 15, "matmul_lean")
 
 
 def test_warptile_shape_rejects_uneven_configurations():
