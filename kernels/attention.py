@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
+from lib.dynamic_shared import allow_dynamic_shared
 from lib.bench import Baseline, Ladder, Rung
 from lib.check import k_scaled_rtol
 from lib.exercises import Tolerance, spike_late_qkv
@@ -528,31 +529,6 @@ def make_flash_wide_kernel(causal: bool):
     return flash_wide_kernel
 
 
-_OPTED_IN: set = set()
-
-
-def _allow_dynamic_shared(kernel, args, nbytes: int):
-    """Raise the kernel's dynamic shared-memory limit to `nbytes` for the argument types of `args`.
-
-    CUDA caps a block's dynamic shared memory at 48 KB unless the kernel opts in (cuFuncSetAttribute with
-    MAX_DYNAMIC_SHARED_SIZE_BYTES); numba-cuda has no public call for it (numba-cuda issue #94), so this
-    does what its own shared-memory carve-out setting does, on the compiled kernel. Nothing on the
-    simulator, which has no such limit."""
-    if lib.SIMULATOR:
-        return
-    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
-    key = (id(kernel), argtypes)
-    if key in _OPTED_IN:
-        return
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    compiled = kernel.compile(argtypes)
-    cufunc = compiled._codelibrary.get_cufunc()
-    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
-    _OPTED_IN.add(key)
-
-
 def flash_attention_wide(q, k, v, out, causal: bool = False):
     """Path 2, wide tiles (d = 64 only): flash_wide_kernel with its 99 KB of dynamic shared memory."""
     where = "flash_attention_wide_causal" if causal else "flash_attention_wide"
@@ -562,7 +538,7 @@ def flash_attention_wide(q, k, v, out, causal: bool = False):
     if heads == 0 or m == 0:
         return
     kernel = make_flash_wide_kernel(causal)
-    _allow_dynamic_shared(kernel, (q, k, v, out), WIDE_SMEM_BYTES)
+    allow_dynamic_shared(kernel, (q, k, v, out), WIDE_SMEM_BYTES)
     kernel[(_cdiv(m, WIDE["BR"]), heads), WIDE["THREADS"], 0, WIDE_SMEM_BYTES](q, k, v, out)
 
 
@@ -802,7 +778,7 @@ def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool =
         return
     kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, TM, TN)
     args = (q.reshape(heads * m, d), k.reshape(heads * n, d), v.reshape(heads * n, d), out.reshape(heads * m, d))
-    _allow_dynamic_shared(kernel, args, cfg["smem_bytes"])
+    allow_dynamic_shared(kernel, args, cfg["smem_bytes"])
     kernel[(heads, _cdiv(m, cfg["BR"])), REGS_THREADS, 0, cfg["smem_bytes"]](*args)
 
 
