@@ -149,9 +149,10 @@ def judge_perf(perf, inputs, sites) -> list[PerfCheck]:
                                     + f"; ≤ {perf.conflicts:g}× passes"))
     if perf.read_ratio is not None:
         ideal = float(perf.read_bytes(*inputs))
-        read = SECTOR_BYTES * sum(r["sectors"] for r in sites if r["space"] == "global" and r["op"] == "load")
+        # the bytes the loads asked for (how they map to sectors is the coalescing property's business)
+        read = sum(r["bytes"] for r in sites if r["space"] == "global" and r["op"] == "load")
         ratio = read / max(ideal, 1.0)
         checks.append(PerfCheck("bytes read", ratio <= perf.read_ratio,
-                                f"{read:,} bytes loaded from global memory, ideal {ideal:,.0f} ({ratio:.2f}×; "
+                                f"{read:,} bytes loaded from global memory by your loads, ideal {ideal:,.0f} ({ratio:.2f}×; "
                                 f"≤ {perf.read_ratio:g}× passes)"))
     return checks
