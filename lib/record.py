@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("chapters", nargs="*", help="only these chapters (default: all)")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default: ~0.4 s of GPU time)")
+    parser.add_argument("--without", action="append", default=[], metavar="MODULE",
+                        help="skip this module's record_extra (e.g. kernels.matmul_profile: ncu is slow)")
     args = parser.parse_args(argv)
 
     import lib
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     from .results import RESULTS, write
 
     ladders = discover(args.chapters or None)
-    extras = extra_recorders(args.chapters or None)
+    extras = [(c, fn) for c, fn in extra_recorders(args.chapters or None) if fn.__module__ not in args.without]
     if not ladders and not extras:
         print(f"nothing to record for {args.chapters or 'any chapter'}")
         return 2
