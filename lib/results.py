@@ -77,6 +77,14 @@ def write(chapter: str, rows: list[dict], samples: dict[str, list[float]], folde
     return path
 
 
+def not_recorded(name: str, how: str = "") -> None:
+    """Say on the page that ``data/results/<name>`` is missing and which command writes it (on the
+    reference GPU), in lines that fit the text column. ``how`` adds a requirement ("with ncu")."""
+    chapter = name.split(".")[0]
+    print(f"not recorded yet: `python -m lib.record {chapter}` on a GPU{(' ' + how) if how else ''}\n"
+          f"writes data/results/{name}")
+
+
 def load(chapter: str, folder: Path = RESULTS):
     """A chapter's recorded rows as a DataFrame (empty, with the columns, if nothing was recorded yet)."""
     import pandas as pd

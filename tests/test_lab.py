@@ -3,7 +3,7 @@
 The test runs `make lab` itself (a headless server on 127.0.0.1, a free port, a token, no browser, the
 repository's jupyter/ configuration), opens chapters/intro.md in Debian's Chromium and checks that it opens
 as a notebook (jupytext's viewer, not the text editor) with a kernel that is the book's venv. It then runs
-the cells with Shift+Enter, as a reader does, down to the vector_add exercise's solution, and reads in the
+the cells with Shift+Enter, as a reader does, down to the first exercise's solution, and reads in the
 page the mode line `import lib` prints, the exercise's "not attempted yet" report for the stub and the
 "passed" report for the solution. On CI (no GPU) the kernel runs the simulator.
 
@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "intro.md"
 STARTUP_TIMEOUT_S = 90
 UI_TIMEOUT_MS = 60_000
-# The solution cell of the intro's vector_add exercise, and the limit of cells Shift+Enter may run to reach it.
-SOLUTION_MARK = "add_kernel[blocks, threads]"
+# The intro's first exercise, the solution cell's launch line, and the most cells Shift+Enter may run to reach it.
+EXERCISE = "add_reversed"
+SOLUTION_MARK = "add_reversed_kernel[blocks, threads]"
 MAX_CELLS = 40
 
 
@@ -173,11 +174,11 @@ def test_make_lab_opens_a_chapter_as_a_notebook_and_grades_an_exercise(lab, play
         first_code = notebook.locator(".jp-CodeCell").first
         mode_line = lib.banner().splitlines()[0]
         expect(first_code.locator(".jp-OutputArea")).to_contain_text(mode_line, timeout=UI_TIMEOUT_MS)
-        stub_grade = notebook.locator(".jp-CodeCell").filter(has_text='grade("vector_add", vector_add)')
+        stub_grade = notebook.locator(".jp-CodeCell").filter(has_text=f'grade("{EXERCISE}", {EXERCISE})')
         expect(stub_grade.first.locator(".jp-OutputArea")).to_contain_text(
-            "vector_add: not attempted yet", timeout=UI_TIMEOUT_MS)
+            f"{EXERCISE}: not attempted yet", timeout=UI_TIMEOUT_MS)
         solution = notebook.locator(".jp-CodeCell").filter(has_text=SOLUTION_MARK)
-        expect(solution.locator(".jp-OutputArea")).to_contain_text("vector_add: passed", timeout=UI_TIMEOUT_MS)
+        expect(solution.locator(".jp-OutputArea")).to_contain_text(f"{EXERCISE}: passed", timeout=UI_TIMEOUT_MS)
         errors = notebook.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')
         assert errors.count() == 0, f"a cell raised: {errors.first.inner_text()[:2000]}"
     except Exception:
