@@ -1,5 +1,5 @@
 """Kernels of the introduction: a copy (the bandwidth ceiling every later chapter is measured against) and
-vector addition (the first exercise's solution)."""
+vector addition (the set-up chapter's exercise)."""
 import numpy as np
 from numba import cuda
 
@@ -83,7 +83,7 @@ def copy(src, dst):
 
 
 def vector_add(a, b, out):
-    """out = a + b for 1-D float32 arrays (the solution of the first exercise)."""
+    """out = a + b for 1-D float32 arrays (the solution of the set-up chapter's exercise)."""
     require(a, "a", ndim=1, where="vector_add")
     require(b, "b", shape=a.shape, where="vector_add")
     require(out, "out", shape=a.shape, where="vector_add")

@@ -21,7 +21,7 @@ def _typical_launch(ex_id, size):
     blocks (grid-stride) for the reductions, one element per thread otherwise."""
     n = int(np.prod(size))
     blocks = -(-n // 256)
-    if ex_id in ("reduce_sum", "reduce_max"):
+    if ex_id in ("reduce_sum", "sum_of_squares"):  # the grid-stride reductions to one number
         blocks = min(blocks, 1024)
     return {"threads": blocks * 256, "block_threads": 256}
 
