@@ -971,7 +971,7 @@ LADDERS = [
             [Baseline("torch.sdpa.causal", torch_sdpa_fp32_causal, "SDPA fp32, is_causal=True")], causal=True),
     # Context, not a competitor: fp16 inputs on the tensor cores, checked with fp16's looser tolerance.
     _ladder("attention fp16", "torch SDPA with fp16 inputs (tensor cores), for scale", SIZES_D64, [], [],
-            [Baseline("torch.sdpa.fp16", torch_sdpa_fp16, "SDPA on fp16 copies (casts included)")],
+            [Baseline("torch.sdpa.fp16", torch_sdpa_fp16, "SDPA on fp16 copies (casts included)", dtype="float16")],
             tolerance=attention_fp16_tolerance),
 ]
 

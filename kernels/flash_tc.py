@@ -10,6 +10,7 @@ one of its own, the float32 → 16-bit pair conversion that turns the probabilit
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -418,6 +419,10 @@ SIM_SIZES = {64: [(1, 64, 64)], 128: [(1, 64, 128)]}
 
 
 def _ladder(topic, kind, d, causal, rungs, baselines, sizes):
+    # the rows say the precision of q, k, v (they travel as int16 bit patterns)
+    label = {"fp16": "float16", "bf16": "bfloat16"}[kind]
+    rungs = [dataclasses.replace(r, dtype=label) for r in rungs]
+    baselines = [dataclasses.replace(b, dtype=label) for b in baselines]
     return Ladder(chapter=CHAPTER, topic=topic, description=f"{kind} q, k, v, float32 out, d = {d}"
                   + (", causal" if causal else ""), make_inputs=make_inputs(kind), out_shape=lambda q, k, v: q.shape,
                   reference=reference(kind, causal), bytes=lambda size: qkvo_bytes(*size),

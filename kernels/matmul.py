@@ -1048,7 +1048,7 @@ LADDERS = [
     _ladder("sgemm 4096", "C = A @ B, float32, 4096³: every rung against cuBLAS SGEMM",
             [(4096, 4096, 4096)], RUNGS, BASELINES, SIM_SIZES),
     _ladder("tf32 4096", "torch.matmul with TF32 tensor cores (looser rounding), for scale",
-            [(4096, 4096, 4096)], [], [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "TF32 on")], [],
+            [(4096, 4096, 4096)], [], [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "TF32 on", dtype="tf32")], [],
             tolerance=_tf32_tolerance),
     # The size sweep, a declared choice: the slow rungs (0-3, 10-100× off the pace) are timed up to 2048³
     # only; the register-blocked rungs and cuBLAS run the whole sweep.

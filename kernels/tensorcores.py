@@ -751,7 +751,7 @@ def _tiled_rung(kind: str, name: str, config, note: str) -> Rung:
         cfg = config(kind) if callable(config) else config
         launch_mma_tiled(kind, a, b, c, cfg, where=f"{name}_{kind}")
     run.__name__ = f"{name}_{kind}"
-    return Rung(f"{name}_{kind}", run, note)
+    return Rung(f"{name}_{kind}", run, note, dtype=PRECISION[kind])
 
 
 def _rungs(kind):
@@ -759,9 +759,9 @@ def _rungs(kind):
     rung1 = (_tiled_rung(kind, "matmul_mma_shared", RUNG_CONFIGS["shared"], "32×16 block tiles in shared")
              if kind == "tf32" else
              Rung(f"matmul_mma_ldmatrix_{kind}", globals()[f"matmul_mma_ldmatrix_{kind}"],
-                  "32×16 block tiles in shared, ldmatrix"))
+                  "32×16 block tiles in shared, ldmatrix", dtype=PRECISION[kind]))
     small = [Rung(f"matmul_mma_global_{kind}", globals()[f"matmul_mma_global_{kind}"],
-                  "one warp per 16×8 tile, from global"),
+                  "one warp per 16×8 tile, from global", dtype=PRECISION[kind]),
              rung1,
              _tiled_rung(kind, "matmul_mma_pipeline", RUNG_CONFIGS["pipeline"], "+ cp.async, 3 stages")]
     large = [_tiled_rung(kind, "matmul_mma_warptile", RUNG_CONFIGS["warptile"], "128×128 blocks, 64×32 warps"),
@@ -770,11 +770,15 @@ def _rungs(kind):
     return small, large
 
 
+# The precision a row is labelled with (the 16-bit inputs travel as int16 bit patterns; the rows say what
+# the tensor cores multiply).
+PRECISION = {"tf32": "tf32", "f16": "float16", "bf16": "bfloat16"}
 RUNGS = {kind: sum(_rungs(kind), []) for kind in K_STEP}
 BASELINES = {
-    "tf32": [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "cuBLAS, TF32 on")],
-    "f16": [Baseline("torch.matmul.fp16", _torch_mm_b16("float16"), "cuBLAS, fp16 in, fp32 out")],
-    "bf16": [Baseline("torch.matmul.bf16", _torch_mm_b16("bfloat16"), "cuBLAS, bf16 in, fp32 out")],
+    "tf32": [Baseline("torch.matmul.tf32", _torch_matmul_tf32, "cuBLAS, TF32 on", dtype="tf32")],
+    "f16": [Baseline("torch.matmul.fp16", _torch_mm_b16("float16"), "cuBLAS, fp16 in, fp32 out", dtype="float16")],
+    "bf16": [Baseline("torch.matmul.bf16", _torch_mm_b16("bfloat16"), "cuBLAS, bf16 in, fp32 out",
+                      dtype="bfloat16")],
 }
 SIZES = [(4096, 4096, 4096)]
 # On the simulator: the small-tile rungs at 32 × 16 × 64 (rung 0: 4 warps; rungs 1-2: one block of 4 warps; the

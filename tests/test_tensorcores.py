@@ -91,3 +91,16 @@ def test_ladder_table_reads_the_recorded_rows():
     assert list(table.index)[-1] == "cuBLAS"
     with pytest.raises(ValueError, match="step must be"):
         tc.rung_name("tiled", "f16")
+
+
+def test_every_row_is_labelled_with_the_precision_the_tensor_cores_multiply():
+    """The 16-bit inputs travel as int16 bit patterns; a row must not be labelled int16."""
+    import kernels.flash_tc as ftc
+    import kernels.tensorcores as tc
+
+    for module, allowed in ((tc, {"tf32", "float16", "bfloat16"}), (ftc, {"float16", "bfloat16", ""})):
+        for ladder in module.LADDERS:
+            for r in [*ladder.rungs, *ladder.baselines]:
+                assert r.dtype in allowed, (ladder.topic, r.name, r.dtype)
+    labels = {r.name: r.dtype for lad in tc.LADDERS for r in [*lad.rungs, *lad.baselines]}
+    assert labels["torch.matmul.bf16"] == "bfloat16" and labels["matmul_mma_autotuned_f16"] == "float16"
