@@ -932,6 +932,12 @@ def tuned_config() -> dict:
     if _SWEEP:
         best = next(r for r in _SWEEP if r["winner"])
         return {key: int(best[key]) for key in WARPTILE_DEFAULT}
+    return recorded_config()
+
+
+def recorded_config() -> dict:
+    """The winner of the sweep recorded on the reference GPU (data/results/matmul.autotune.csv); the
+    default configuration if none is recorded."""
     if AUTOTUNE_FILE.exists():
         with open(AUTOTUNE_FILE) as f:
             for r in csv.DictReader(line for line in f if not line.startswith("#")):

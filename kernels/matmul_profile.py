@@ -38,9 +38,18 @@ def _ladder():
 
 
 def implementations() -> list[tuple[str, object, bool]]:
-    """(name, run, is_torch) of every rung of the 4096³ ladder, then its baselines, as they are now."""
+    """(name, run, is_torch) of every rung of the 4096³ ladder, then its baselines, as they are now. The
+    autotuned rung runs the recorded sweep's winner: run as it is, it would first sweep sixteen
+    configurations, all of them under ncu (slow, and the longest of them would stand for the rung)."""
+    from kernels import matmul as mm
+
+    def autotuned_as_recorded(a, b, c):
+        mm.launch_warptile(a, b, c, mm.recorded_config(), where="matmul_autotuned")
+
     ladder = _ladder()
-    return [(r.name, r.run, False) for r in ladder.rungs] + [(b.name, b.run, True) for b in ladder.baselines]
+    runs = {"matmul_autotuned": autotuned_as_recorded}
+    return ([(r.name, runs.get(r.name, r.run), False) for r in ladder.rungs]
+            + [(b.name, b.run, True) for b in ladder.baselines])
 
 
 def workload():

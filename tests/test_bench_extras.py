@@ -84,3 +84,17 @@ def test_profile_drops_a_metric_ncu_does_not_know(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 2, "", "boom"))
     with pytest.raises(RuntimeError, match="ncu failed"):
         ncu.profile(["prog"], [ncu.DURATION], cwd=tmp_path)
+
+
+def test_the_ncu_workload_runs_the_recorded_autotune_winner_not_a_new_sweep(monkeypatch):
+    from kernels import matmul as mm
+
+    impls = matmul_profile.implementations()
+    ladder = matmul_profile._ladder()
+    assert [n for n, _, _ in impls] == [r.name for r in ladder.rungs] + [b.name for b in ladder.baselines]
+    used = []
+    monkeypatch.setattr(mm, "autotune", lambda *a, **k: pytest.fail("the ncu workload started a sweep"))
+    monkeypatch.setattr(mm, "launch_warptile", lambda a, b, c, cfg, where: used.append((cfg, where)))
+    run = dict((n, r) for n, r, _ in impls)["matmul_autotuned"]
+    run(None, None, None)
+    assert used == [(mm.recorded_config(), "matmul_autotuned")]
