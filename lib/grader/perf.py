@@ -9,12 +9,18 @@ property, shown in the report as e.g. ``coalesced ✗ (line 12: 32.0 sectors per
 
 The ideal of a global request is the sectors its bytes need when contiguous and aligned; of a shared request,
 the wavefronts its bytes need with no bank conflict (one per 128 bytes); of the bytes read, what the exercise
-says (``Perf.read_bytes``). A property that fails is reported apart from correctness; it fails the grade when
-the exercise's property ``gates``. Like launch records, the rows of an untrusted process are its own claims.
+says (``Perf.read_bytes``, the least a correct answer reads: fewer bytes traced means work the trace did not
+see, which fails). A property that fails is reported apart from correctness; it fails the grade when the
+exercise's property ``gates``. Like launch records, the rows of an untrusted process are its own claims: in
+instructor mode the trace runs in the submission's process, so a submission that rewrites its rows there can
+pass the property (never the correctness checks, which the grader makes on outputs); tests/test_instructor_perf.py
+pins what is and is not protected.
 """
 from __future__ import annotations
 
+import functools
 import linecache
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -42,9 +48,26 @@ class PerfCheck:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=None)
+def _library_files() -> tuple[tuple[str, ...], str]:
+    """(folders of numba and numba-cuda, the tracer's own file): frames there are not the student's accesses."""
+    import numba
+    import numba.cuda
+
+    from .. import tracer
+
+    folders = {os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (numba, numba.cuda)}
+    return tuple(sorted(folders)), os.path.realpath(tracer.__file__)
+
+
+@functools.lru_cache(maxsize=4096)
 def _student_file(filename: str) -> bool:
-    f = filename.replace("\\", "/")
-    return "/numba" not in f and "/site-packages/" not in f and not f.endswith("lib/tracer.py")
+    """Whether a traced access's frame is code of the student's (or the book's), not numba's or the tracer's.
+    Matched by the libraries' real folders, not by a word in the path: a course folder named numba-course/
+    holds student code."""
+    folders, tracer_file = _library_files()
+    f = os.path.realpath(filename)
+    return not f.startswith(folders) and f != tracer_file and "/site-packages/" not in f.replace("\\", "/")
 
 
 def site_rows(trace) -> list[dict]:
@@ -152,7 +175,13 @@ def judge_perf(perf, inputs, sites) -> list[PerfCheck]:
         # the bytes the loads asked for (how they map to sectors is the coalescing property's business)
         read = sum(r["bytes"] for r in sites if r["space"] == "global" and r["op"] == "load")
         ratio = read / max(ideal, 1.0)
-        checks.append(PerfCheck("bytes read", ratio <= perf.read_ratio,
-                                f"{read:,} bytes loaded from global memory by your loads, ideal {ideal:,.0f} ({ratio:.2f}×; "
-                                f"≤ {perf.read_ratio:g}× passes)"))
+        if read < ideal:  # every correct answer reads the ideal bytes: the rest was not traced
+            checks.append(PerfCheck("bytes read", False,
+                                    f"your traced loads read {read:,} bytes, fewer than the {ideal:,.0f} every "
+                                    "correct answer reads: the work must be done by loads of your kernels, "
+                                    "traced (not on the host)"))
+        else:
+            checks.append(PerfCheck("bytes read", ratio <= perf.read_ratio,
+                                    f"{read:,} bytes loaded from global memory by your loads, ideal {ideal:,.0f} "
+                                    f"({ratio:.2f}×; ≤ {perf.read_ratio:g}× passes)"))
     return checks
