@@ -61,7 +61,9 @@ class Perf:
     * `coalesced`: for every global load/store site (a source line's access), sectors touched / the sectors
       the same bytes need when contiguous, at most this ratio;
     * `conflicts`: for every shared-memory site, wavefronts / the wavefronts its bytes need, at most this;
-    * `read_ratio` with `read_bytes(*inputs)`: bytes all global loads asked for / the ideal bytes read.
+    * `read_ratio` with `read_bytes(*inputs)`: bytes all global loads asked for / the ideal bytes read
+      (`read_bytes` is the least a correct answer reads: fewer traced bytes fail, since the work must be
+      done by traced loads of the student's kernels, not on the host).
 
     `gates`: a property that fails (✗) fails the grade (stated in the exercise's text); otherwise it is only
     reported. On a GPU the property is not checked (the tracer needs the simulator) and the report says so.

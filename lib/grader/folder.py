@@ -279,6 +279,10 @@ def grade_folder(folder: Path, limit_s: float = 300.0, jobs: int = 1, progress: 
         shutil.rmtree(run.scratch, ignore_errors=True)
     notes += [f"{o.student}: {o.refused} malformed message(s) to the grader refused" for o in outcomes if o.refused]
     exercises = sorted({e for o in outcomes for e in o.reports} | {e for o in outcomes for e in o.named})
+    unchecked = [e for e in exercises if run.on_gpu and e in EXERCISES and EXERCISES[e].perf is not None]
+    if unchecked:
+        notes.append(f"performance properties of {', '.join(unchecked)} were NOT checked (the tracer needs "
+                     "the simulator): grade again with NUMBA_ENABLE_CUDASIM=1 to check them")
     rows = [row for o in outcomes for row in rows_for(o, exercises or [""])]
     df = pd.DataFrame(rows, columns=COLUMNS)
     graded = df[df["exercise"] != ""]
