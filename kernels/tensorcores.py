@@ -335,21 +335,26 @@ def _no_swizzle(row, chunk):
     return chunk
 
 
-def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0) -> dict:
+def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False) -> dict:
     """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
-    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas."""
-    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG)
+    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas; A_LDMATRIX
+    (TF32 only) loads A fragments with one ldmatrix.x4 per 16 × 8 tile instead of four 4-byte loads."""
+    return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG,
+                A_LDMATRIX=A_LDMATRIX)
 
 
 def tiled_label(cfg: dict) -> str:
     return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
-            + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else ""))
+            + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else "")
+            + (" ldsmA" if cfg.get("A_LDMATRIX") else ""))
 
 
-def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) -> str | None:
+def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0, A_LDMATRIX=False) -> str | None:
     """Why a configuration cannot be built (None if it can)."""
     elem = 4 if kind == "tf32" else 2
     bk = BK_BYTES // elem
+    if A_LDMATRIX and kind != "tf32":
+        return "A_LDMATRIX is a TF32 option (16-bit kinds always load A with ldmatrix)"
     if BM % WM or BN % WN or WM % TILE_M or WN % TILE_N:
         return f"BM % WM, BN % WN, WM % {TILE_M} and WN % {TILE_N} must be 0"
     if kind != "tf32" and (WN // TILE_N) % 2 and WN != TILE_N:
@@ -370,14 +375,14 @@ def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0) 
 _TILED_KERNELS: dict = {}
 
 
-def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0):
+def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False):
     """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
-    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX)
     if key in _TILED_KERNELS:
         return _TILED_KERNELS[key]
     if kind not in K_STEP:
         raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
-    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG)
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX)
     if problem:
         raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
                          f"{problem}")
@@ -431,12 +436,19 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
         """One K step (KS wide) of the warp tile: load its fragments from shared memory, MI × NI mma.sync."""
         g, t = lane >> 2, lane & 3
         mat, r8 = lane >> 3, lane & 7               # ldmatrix: lane 8·mat + r8 gives row r8 of matrix mat
-        if tf32:
+        if tf32 and A_LDMATRIX:
+            for i in range(MI):                     # 8 × 4-word matrices: rows 0-7 / 8-15 × k 0-3 / 4-7
+                r = wrow + i * TILE_M + r8 + 8 * (mat & 1)
+                ch = kk // CH + (mat >> 1)
+                af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3] = mma.ldmatrix_x4_tf32(
+                    a_s, a_base + r * BK + swz_a(r, ch) * CH)
+        elif tf32:
             for i in range(MI):
                 for q in range(4):                  # a_q = A[g + 8(q & 1), t + 4(q >> 1)]
                     r = wrow + i * TILE_M + g + 8 * (q & 1)
                     col = kk + t + 4 * (q >> 1)
                     af32[i, q] = a_s[a_base + r * BK + swz_a(r, col // CH) * CH + col % CH]
+        if tf32:
             for j in range(NI):
                 for q in range(2):                  # b_q = B[t + 4q, g]
                     kr = kk + t + 4 * q
@@ -717,9 +729,11 @@ def recorded_tuned_config(kind: str) -> dict:
     if AUTOTUNE_FILE.exists():
         with open(AUTOTUNE_FILE) as f:
             for r in csv.DictReader(line for line in f if not line.startswith("#")):
-                if r["kind"] == kind and r["winner"] == "True":
-                    return {key: (r[key] == "True") if key in ("SWIZZLE", "ASYNC") else int(float(r[key]))
-                            for key in RUNG_CONFIGS["swizzle"]}
+                if r["kind"] == kind and r["winner"] == "True":   # options recorded before they existed: off
+                    cfg = dict(RUNG_CONFIGS["swizzle"])
+                    cfg.update({key: (r[key] == "True") if isinstance(cfg[key], bool) else int(float(r[key]))
+                                for key in cfg if r.get(key) not in (None, "")})
+                    return cfg
     return dict(RUNG_CONFIGS["swizzle"])
 
 

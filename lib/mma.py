@@ -43,6 +43,13 @@ API (every lane of the warp calls each function with its own operands, the whole
   index, in a 16-bit shared array, of row r of 8×8 matrix m (16-byte aligned); returns 1, 2 or 4 uint32
   registers; register m of lane l holds matrix m's (l >> 2, 2(l & 3)) and (l >> 2, 2(l & 3) + 1), or with
   ``_trans`` its (2(l & 3), l >> 2) and (2(l & 3) + 1, l >> 2).
+* ``ldmatrix_x1_tf32/x2_tf32/x4_tf32(smem, index)``: the same instruction on a float32 shared array (index
+  in float32 elements, row starts 16-byte aligned): an 8×8 matrix of 16-bit values is an 8×4 matrix of
+  32-bit ones, so register m of lane l holds matrix m's float32 (l >> 2, l & 3) whole (both halves come
+  from one word). That is the TF32 A fragment's pattern: with matrices at rows 0-7 / 8-15 × k 0-3 / 4-7,
+  one x4 loads a0..a3 (``ldmatrix_element_tf32``). B's fragment is not reachable from a K × N row-major
+  tile: ldmatrix hands out a row of 4 words along a lane's t, but B's k must follow t and its n follow g,
+  so the rows would have to run along k (B stored N × K); ``.trans`` swaps 16-bit halves, not words.
 * ``cp_async_ca4/ca8/ca16/cg16(dst_smem, dst_index, src, src_index)``: copy 4, 8 or 16 bytes from global
   to shared memory without passing through registers (``.cg`` bypasses L1 and exists only for 16 bytes);
   ``cp_async_commit()`` closes a group of copies; ``cp_async_wait_group(n)`` waits until at most n
@@ -132,6 +139,11 @@ def owners(shape: str, operand: str) -> np.ndarray:
         for i in range(per_lane):
             out[element(lane, i)] = lane, i
     return out
+
+
+def ldmatrix_element_tf32(lane: int, register: int) -> tuple[int, int, int]:
+    """(matrix, row, col) of the float32 value ldmatrix_x*_tf32 puts in `register`: matrices are 8 × 4 words."""
+    return register, lane >> 2, lane & 3
 
 
 def ldmatrix_element(lane: int, register: int, half: int, trans: bool = False) -> tuple[int, int, int]:
@@ -290,6 +302,41 @@ def _ldmatrix_twin(count: int, trans: bool):
     return twin
 
 
+def _ldmatrix_tf32_twin(count: int):
+    op = f"ldmatrix.m8n8.x{count} (float32 words)"
+
+    def compute(ops):
+        _all_lanes(op, ops)
+        matrices = []
+        for m in range(count):
+            rows = []
+            for r in range(8):
+                smem, index = ops[8 * m + r]
+                flat = _flat_host(smem, op)
+                if flat.dtype.itemsize != 4:
+                    raise ValueError(f"{op}: the shared array must hold 32-bit elements, not {flat.dtype}")
+                if (flat.ctypes.data + 4 * int(index)) % 16:
+                    raise ValueError(f"{op}: lane {8 * m + r} gave row address index {index}, not 16-byte "
+                                     "aligned (each row of 4 32-bit values must start on a 16-byte boundary)")
+                if not 0 <= index <= flat.size - 4:
+                    raise IndexError(f"{op}: lane {8 * m + r}'s row [{index}, {index + 4}) is outside the "
+                                     f"shared array of {flat.size} elements")
+                shape = np.shape(smem)   # element by element through the array: the debugger sees the reads
+                rows.append(np.array([smem[np.unravel_index(index + k, shape)] for k in range(4)], np.float32))
+            matrices.append(np.stack(rows))
+        out = {}
+        for lane in range(WARP):
+            regs = tuple(matrices[reg][ldmatrix_element_tf32(lane, reg)[1:]] for reg in range(count))
+            out[lane] = regs[0] if count == 1 else regs
+        return out
+
+    def twin(smem, index):
+        return lib.simulator.warp_collective(op, FULL_MASK, (smem, int(index)), compute)
+
+    twin.__name__ = f"ldmatrix_x{count}_tf32"
+    return twin
+
+
 def _pending_copies():
     """The calling simulated thread's cp.async state: (uncommitted copies, committed groups)."""
     t = lib.simulator.current_thread()
@@ -423,6 +470,29 @@ def _gpu_intrinsics():
             return ret(smem, index), codegen
         return ldmatrix_intrinsic
 
+    def ldmatrix_tf32(count: int):
+        """The same ldmatrix on a float32 array: the 32-bit registers are reinterpreted as float32 values."""
+        ptx = f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16"
+
+        @intrinsic
+        def ldmatrix_tf32_intrinsic(typingctx, smem, index):
+            if not (isinstance(smem, types.Array) and smem.dtype == types.float32
+                    and isinstance(index, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                address = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                outs = ",".join(f"${k}" for k in range(count))
+                ret = i32 if count == 1 else ir.LiteralStructType([i32] * count)
+                value = builder.asm(ir.FunctionType(ret, [i32]), f"{ptx} {{{outs}}}, [${count}];",
+                                    ",".join(["=r"] * count + ["r", "~{memory}"]), [address], True, "ldmatrix")
+                words = [value] if count == 1 else [builder.extract_value(value, k) for k in range(count)]
+                floats = [builder.bitcast(w, f32) for w in words]
+                return floats[0] if count == 1 else context.make_tuple(builder, sig.return_type, floats)
+            ret = types.float32 if count == 1 else types.UniTuple(types.float32, count)
+            return ret(smem, index), codegen
+        return ldmatrix_tf32_intrinsic
+
     def cp_async(nbytes: int, cache: str):
         ptx = f"cp.async.{cache}.shared.global [$0], [$1], {nbytes};"
 
@@ -472,6 +542,7 @@ def _gpu_intrinsics():
         ldmatrix_x1=ldmatrix(1, False), ldmatrix_x2=ldmatrix(2, False), ldmatrix_x4=ldmatrix(4, False),
         ldmatrix_x1_trans=ldmatrix(1, True), ldmatrix_x2_trans=ldmatrix(2, True),
         ldmatrix_x4_trans=ldmatrix(4, True),
+        ldmatrix_x1_tf32=ldmatrix_tf32(1), ldmatrix_x2_tf32=ldmatrix_tf32(2), ldmatrix_x4_tf32=ldmatrix_tf32(4),
         cp_async_ca4=cp_async(4, "ca"), cp_async_ca8=cp_async(8, "ca"), cp_async_ca16=cp_async(16, "ca"),
         cp_async_cg16=cp_async(16, "cg"), cp_async_commit=cp_async_commit,
         cp_async_wait_group=cp_async_wait_group, cp_async_wait_all=cp_async_wait_all)
@@ -484,6 +555,8 @@ def _simulator_twins():
         ldmatrix_x1=_ldmatrix_twin(1, False), ldmatrix_x2=_ldmatrix_twin(2, False),
         ldmatrix_x4=_ldmatrix_twin(4, False), ldmatrix_x1_trans=_ldmatrix_twin(1, True),
         ldmatrix_x2_trans=_ldmatrix_twin(2, True), ldmatrix_x4_trans=_ldmatrix_twin(4, True),
+        ldmatrix_x1_tf32=_ldmatrix_tf32_twin(1), ldmatrix_x2_tf32=_ldmatrix_tf32_twin(2),
+        ldmatrix_x4_tf32=_ldmatrix_tf32_twin(4),
         cp_async_ca4=_cp_async_twin(4, "ca"), cp_async_ca8=_cp_async_twin(8, "ca"),
         cp_async_ca16=_cp_async_twin(16, "ca"), cp_async_cg16=_cp_async_twin(16, "cg"),
         cp_async_commit=_cp_async_commit, cp_async_wait_group=_cp_async_wait_group,
@@ -497,4 +570,5 @@ _FUNCTIONS = _simulator_twins() if lib.SIMULATOR else _gpu_intrinsics()
 globals().update(_FUNCTIONS)
 __all__ = sorted(_FUNCTIONS) + ["a_element_tf32", "b_element_tf32", "a_element_b16", "b_element_b16",
                                 "c_element", "LAYOUTS", "SHAPES", "lane_elements", "owners", "ldmatrix_element",
+                                "ldmatrix_element_tf32",
                                 "round_tf32", "bf16_bits", "bf16_values", "b16_values", "pack_b16x2"]

@@ -177,6 +177,92 @@ def test_ldmatrix_fragments_match_the_layout(count, trans):
                 f"{int(got[lane, reg]):#010x}, the layout says {expected:#010x}")
 
 
+ROW_STRIDE_32 = 12  # float32 elements per shared row: 48 bytes, as above
+TILE_ELEMENTS_32 = 32 * ROW_STRIDE_32
+
+
+def _ldmatrix_tf32_kernel(count):
+    load = getattr(mma, f"ldmatrix_x{count}_tf32")
+
+    @cuda.jit
+    def kernel(src, rows, out):
+        """Stage src (32 rows of ROW_STRIDE_32 floats) in shared memory; lane l points at row rows[l]."""
+        tile = cuda.shared.array(TILE_ELEMENTS_32, dtype=np.float32)
+        lane = cuda.threadIdx.x
+        for k in range(lane, TILE_ELEMENTS_32, WARP):
+            tile[k] = src[k]
+        cuda.syncthreads()
+        r = load(tile, rows[lane] * ROW_STRIDE_32 + 4)
+        if count == 1:
+            out[lane, 0] = r
+        else:
+            for m in range(count):
+                out[lane, m] = r[m]
+    return kernel
+
+
+LDMATRIX_TF32 = {count: _ldmatrix_tf32_kernel(count) for count in (1, 2, 4)}
+
+
+@pytest.mark.parametrize("count", sorted(LDMATRIX_TF32))
+def test_ldmatrix_tf32_hands_each_lane_whole_words(count):
+    """Register m of lane l is the float32 at (l >> 2, l & 3) of matrix m: both 16-bit halves of one word,
+    compared bit for bit (random patterns, NaNs included)."""
+    rng = np.random.default_rng(20 + count)
+    src = rng.integers(0, 1 << 32, 32 * ROW_STRIDE_32, dtype=np.uint32).view(np.float32)
+    rows = rng.permutation(32).astype(np.int32)
+    out = cuda.to_device(np.zeros((WARP, count), np.float32))
+    LDMATRIX_TF32[count][1, WARP](src, rows, out)
+    got = out.copy_to_host().view(np.uint32)
+    shared = src.view(np.uint32).reshape(32, ROW_STRIDE_32)
+    for lane in range(WARP):
+        for reg in range(count):
+            matrix, row, col = mma.ldmatrix_element_tf32(lane, reg)
+            expected = shared[rows[8 * matrix + row], 4 + col]
+            assert got[lane, reg] == expected, (
+                f"ldmatrix x{count} tf32: lane {lane} register {reg} holds {int(got[lane, reg]):#010x}, the "
+                f"layout says {int(expected):#010x} (matrix {matrix}, row {row}, word {col})")
+
+
+def test_ldmatrix_x4_tf32_gives_the_a_fragment():
+    """With matrices at rows 0-7 / 8-15 × k 0-3 / 4-7 of a 16 × 8 A tile (matrix m: rows + 8(m & 1), words
+    + 4(m >> 1)), register i of every lane is exactly element a_i of the TF32 A layout."""
+    for lane in range(WARP):
+        for reg in range(4):
+            matrix, row, col = mma.ldmatrix_element_tf32(lane, reg)
+            placed = (row + 8 * (matrix & 1), col + 4 * (matrix >> 1))
+            assert placed == mma.lane_elements("m16n8k8.tf32", "A", lane)[reg], (lane, reg, placed)
+
+
+def test_ldmatrix_cannot_give_the_tf32_b_fragment_from_k_rows():
+    """The reason B keeps 4-byte loads: ldmatrix's word index within a row follows t = lane & 3 while the
+    row follows g = lane >> 2, but in B's fragment (k, n) = (t + 4i, g) k follows t. With B's rows along k
+    (K × N row-major), a lane's words all share one k row, and lanes of one g need different k."""
+    for lane in range(WARP):
+        ks = {mma.lane_elements("m16n8k8.tf32", "B", lane)[i][0] for i in range(2)}
+        same_row_lanes = [other for other in range(WARP) if other >> 2 == lane >> 2]
+        lane_ks = {mma.lane_elements("m16n8k8.tf32", "B", other)[0][0] for other in same_row_lanes}
+        assert len(ks) == 2 and len(lane_ks) == 4   # ldmatrix would give these 4 lanes one row (one k)
+
+
+def test_ldmatrix_tf32_names_a_misaligned_row():
+    if not lib.SIMULATOR:
+        pytest.skip("the simulator's message; the GPU faults instead")
+    src = np.zeros(32 * ROW_STRIDE_32, np.float32)
+
+    @cuda.jit
+    def kernel(src, out):
+        tile = cuda.shared.array(TILE_ELEMENTS_32, dtype=np.float32)
+        lane = cuda.threadIdx.x
+        for k in range(lane, TILE_ELEMENTS_32, WARP):
+            tile[k] = src[k]
+        cuda.syncthreads()
+        out[lane] = mma.ldmatrix_x1_tf32(tile, lane * ROW_STRIDE_32 + 2)   # 8 bytes into a row
+
+    with pytest.raises(Exception, match="not 16-byte aligned"):
+        kernel[1, WARP](src, cuda.to_device(np.zeros(WARP, np.float32)))
+
+
 # --- cp.async ---------------------------------------------------------------------------------------------
 N_COPY = 4 * 64  # float32 elements: 64 threads copy 16 bytes each, in two groups
 

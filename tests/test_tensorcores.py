@@ -29,6 +29,17 @@ def test_bad_configurations_are_refused_with_the_reason():
         tc.make_mma_tiled_kernel("f16", 32, 16, 16, 8, 3, True)
     with pytest.raises(ValueError, match="kind must be"):
         tc.make_mma_tiled_kernel("fp8", 128, 128, 64, 32, 3, True)
+    with pytest.raises(ValueError, match="A_LDMATRIX is a TF32 option"):
+        tc.make_mma_tiled_kernel("f16", 128, 128, 64, 32, 3, True, A_LDMATRIX=True)
+
+
+def test_recorded_winner_without_newer_options_reads_them_as_off(tmp_path, monkeypatch):
+    """A sweep recorded before an option existed has no column for it: the option is off, not an error."""
+    path = tmp_path / "sweep.csv"
+    path.write_text("# header\nkind,BM,BN,WM,WN,STAGES,SWIZZLE,ASYNC,MAXREG,winner\n"
+                    "tf32,128,256,64,64,2,True,True,0,True\n")
+    monkeypatch.setattr(tc, "AUTOTUNE_FILE", path)
+    assert tc.recorded_tuned_config("tf32") == tc.tiled_config(128, 256, 64, 64, 2, True)
 
 
 def test_launcher_refuses_shapes_it_cannot_tile():
@@ -37,10 +48,11 @@ def test_launcher_refuses_shapes_it_cannot_tile():
         tc.launch_mma_tiled("f16", a, b, np.zeros((128, 128), np.float32), tc.RUNG_CONFIGS["swizzle"])
 
 
-@pytest.mark.parametrize("kind", ["tf32", "bf16"])
-def test_pipeline_ring_wraps_correctly(kind):
-    """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once."""
-    cfg = tc.tiled_config(64, 64, 32, 32, 3, True)
+@pytest.mark.parametrize("kind, a_ldmatrix", [("tf32", False), ("tf32", True), ("bf16", False)])
+def test_pipeline_ring_wraps_correctly(kind, a_ldmatrix):
+    """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once (TF32 also
+    with A's fragments through ldmatrix: a wrong lane mapping or swizzle gives wrong products)."""
+    cfg = tc.tiled_config(64, 64, 32, 32, 3, True, A_LDMATRIX=a_ldmatrix)
     k = 5 * tc.BK_BYTES // (4 if kind == "tf32" else 2)
     a, b = tc._inputs(kind)((64, 64, k), np.random.default_rng(5))
     c = np.full((64, 64), np.nan, np.float32)
