@@ -564,19 +564,25 @@ LEAN_DEFAULT = dict(BM=256, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)  # rung 7's
 _LEAN_KERNELS: dict = {}
 
 
-def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, unroll=2):
+def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, unroll=2, a_pad=0):
     """Build (once per configuration) the warp-tiled SGEMM with a lean K loop: 32-bit addresses, no
     per-element guards inside K, and (prefetch=True) fragments double-buffered in registers, the step loop
-    unrolled `unroll` (2 or 4) times. min_blocks is the resident blocks per SM that ptxas must allow (launch
-    bounds cap the registers to fit them). Returns (kernel, threads per block)."""
-    key = (BM, BN, BK, WM, WN, TM, TN, prefetch, min_blocks, unroll)
+    unrolled `unroll` (2, 4 or 8, at most BK) times. min_blocks is the resident blocks per SM that ptxas
+    must allow (launch bounds cap the registers to fit them). a_pad (a multiple of 4) widens each row of
+    the transposed A tile by that many floats, moving the rows that one warp's transposing stores hit onto
+    other banks. Returns (kernel, threads per block)."""
+    key = (BM, BN, BK, WM, WN, TM, TN, prefetch, min_blocks, unroll, a_pad)
     if key in _LEAN_KERNELS:
         return _LEAN_KERNELS[key]
     shape = warptile_shape(BM, BN, BK, WM, WN, TM, TN)
-    if BK & (BK - 1) or unroll not in (2, 4):
+    if BK & (BK - 1) or unroll not in (2, 4, 8) or unroll > BK:
         raise ValueError(f"BK = {BK}, unroll = {unroll}: the fragment prefetch needs BK a power of two and "
-                         "unroll 2 or 4")
+                         "unroll 2, 4 or 8, at most BK")
+    if a_pad % 4 or a_pad < 0:
+        raise ValueError(f"a_pad = {a_pad}: the A tile's rows are read with 16-byte loads, so the padding must "
+                         "be a non-negative multiple of 4 floats")
     UNROLL = unroll
+    A_ROW = BM + a_pad                  # floats per row of the transposed A tile
     THREADS = shape["threads"]
     A_LOADS, B_LOADS = shape["a_loads"], shape["b_loads"]
     A_STEP = THREADS // (BK // 4)
@@ -644,7 +650,7 @@ def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, u
         the end is zero-filled in the last tile. Shared reads: LDS.128, no bank conflict (as rung 6).
         Launch: 1-D blocks of THREADS, grid (ceil(N / BN), ceil(M / BM)); matrices of < 2^31 elements.
         """
-        a_tile_t = cuda.shared.array((TWO_BK, BM), float32, alignment=SMEM_ALIGN)
+        a_tile_t = cuda.shared.array((TWO_BK, A_ROW), float32, alignment=SMEM_ALIGN)
         b_tile = cuda.shared.array((TWO_BK, BN), float32, alignment=SMEM_ALIGN)
         acc = cuda.local.array((ACC_M, ACC_N), float32)
         a_frag = cuda.local.array(ACC_M, float32)
@@ -687,10 +693,19 @@ def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, u
                 for p in range(0, BK, UNROLL):   # the loop's own overhead is paid once per UNROLL steps
                     load_fragments(a_tile_t, b_tile, buf + p + 1, a_col0, b_col0, a_frag2, b_frag2)
                     outer_product(acc, a_frag, b_frag)
-                    if UNROLL == 4:
+                    if UNROLL >= 4:
                         load_fragments(a_tile_t, b_tile, buf + p + 2, a_col0, b_col0, a_frag, b_frag)
                         outer_product(acc, a_frag2, b_frag2)
                         load_fragments(a_tile_t, b_tile, buf + p + 3, a_col0, b_col0, a_frag2, b_frag2)
+                        outer_product(acc, a_frag, b_frag)
+                    if UNROLL == 8:   # written out: LLVM leaves a loop over these large bodies rolled
+                        load_fragments(a_tile_t, b_tile, buf + p + 4, a_col0, b_col0, a_frag, b_frag)
+                        outer_product(acc, a_frag2, b_frag2)
+                        load_fragments(a_tile_t, b_tile, buf + p + 5, a_col0, b_col0, a_frag2, b_frag2)
+                        outer_product(acc, a_frag, b_frag)
+                        load_fragments(a_tile_t, b_tile, buf + p + 6, a_col0, b_col0, a_frag, b_frag)
+                        outer_product(acc, a_frag2, b_frag2)
+                        load_fragments(a_tile_t, b_tile, buf + p + 7, a_col0, b_col0, a_frag2, b_frag2)
                         outer_product(acc, a_frag, b_frag)
                     # the last step reloads row 0 of this buffer: harmless, and no branch in the loop
                     load_fragments(a_tile_t, b_tile, buf + ((p + UNROLL) & (BK - 1)), a_col0, b_col0,
@@ -803,14 +818,15 @@ def check_i32_offsets(m, n, k, where):
                          "addresses memory with 32-bit offsets (use matmul_warptile)")
 
 
-def launch_lean(a, b, c, config: dict, prefetch: bool, min_blocks: int = 1, unroll: int = 2,
+def launch_lean(a, b, c, config: dict, prefetch: bool, min_blocks: int = 1, unroll: int = 2, a_pad: int = 0,
                 where: str = "matmul_lean"):
     """c = a @ b with the lean warp-tiled kernel of one configuration (BM, BN, BK, WM, WN, TM, TN)."""
     m, n, k = _shapes(a, b, c, where)
     check_i32_offsets(m, n, k, where)
     if _zero_if_empty_k(m, n, k, c):
         return
-    kernel, threads = make_lean_kernel(**config, prefetch=prefetch, min_blocks=min_blocks, unroll=unroll)
+    kernel, threads = make_lean_kernel(**config, prefetch=prefetch, min_blocks=min_blocks, unroll=unroll,
+                                       a_pad=a_pad)
     kernel[(_cdiv(n, config["BN"]), _cdiv(m, config["BM"])), threads](a, b, c)
 
 

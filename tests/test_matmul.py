@@ -106,6 +106,24 @@ def test_lean_kernel_clamps_edges_and_zero_fills_the_last_tile(prefetch):
     assert_matmul(*run(launch, 33, 17, 45))   # rows not 16-byte aligned: every tile takes the guarded path
 
 
+def test_prefetch_kernel_unrolled_8_with_padded_a_tile():
+    # BK = 16 with 8 steps per trip: two trips per tile, the second wrapping to row 0; the A tile's rows
+    # padded by 4 floats. 2 × 2 blocks of 64 × 64; K = 44: two whole tiles, then a ragged one.
+    small = dict(BM=64, BN=64, BK=16, WM=32, WN=32, TM=8, TN=4)
+    launch = lambda a, b, c: mm.launch_lean(a, b, c, small, prefetch=True, unroll=8, a_pad=4)   # noqa: E731
+    assert_matmul(*run(launch, 70, 68, 44))
+
+
+def test_lean_kernel_refuses_bad_unroll_and_padding():
+    small = dict(BM=64, BN=64, BK=8, WM=32, WN=32, TM=8, TN=4)
+    with pytest.raises(ValueError, match="unroll 2, 4 or 8, at most BK"):
+        mm.make_lean_kernel(**small, prefetch=True, unroll=16)
+    with pytest.raises(ValueError, match="unroll 2, 4 or 8"):
+        mm.make_lean_kernel(**small, prefetch=True, unroll=3)
+    with pytest.raises(ValueError, match="multiple of 4 floats"):
+        mm.make_lean_kernel(**small, prefetch=True, a_pad=2)
+
+
 def test_lean_kernel_refuses_32_bit_overflow():
     mm.check_i32_offsets(2 ** 15, 2 ** 16 - 1, 2 ** 15, "matmul_lean")   # just under 2^31 elements: fine
     with pytest.raises(ValueError, match="2\\^31"):
