@@ -14,6 +14,7 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
+from kernels.hardware import load_float4
 from lib import mma
 from lib.bench import Baseline, Ladder, Rung
 from lib.check import k_scaled_rtol
@@ -335,26 +336,38 @@ def _no_swizzle(row, chunk):
     return chunk
 
 
-def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False) -> dict:
+def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False,
+                 B_INTERLEAVED=False, LEAN_INDEX=False) -> dict:
     """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
-    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas; A_LDMATRIX
-    (TF32 only) loads A fragments with one ldmatrix.x4 per 16 × 8 tile instead of four 4-byte loads."""
+    MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas. Two TF32
+    options: A_LDMATRIX loads A fragments with one ldmatrix.x4 per 16 × 8 tile instead of four 4-byte loads;
+    B_INTERLEAVED interleaves the warp's n tiles four by four, so a lane's B values of 4 tiles sit in one
+    16-byte chunk (one 16-byte load instead of four; the epilogue writes C's columns back in place).
+    LEAN_INDEX (any kind) computes the same copy chunks and ring slots with less arithmetic: a thread keeps
+    its chunk column and steps down whole rows, and the ring's slots are counters instead of kt % STAGES
+    (fewer live registers; the same memory traffic)."""
     return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG,
-                A_LDMATRIX=A_LDMATRIX)
+                A_LDMATRIX=A_LDMATRIX, B_INTERLEAVED=B_INTERLEAVED, LEAN_INDEX=LEAN_INDEX)
 
 
 def tiled_label(cfg: dict) -> str:
     return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
             + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else "")
-            + (" ldsmA" if cfg.get("A_LDMATRIX") else ""))
+            + (" ldsmA" if cfg.get("A_LDMATRIX") else "") + (" ilvB" if cfg.get("B_INTERLEAVED") else "")
+            + (" lean" if cfg.get("LEAN_INDEX") else ""))
 
 
-def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0, A_LDMATRIX=False) -> str | None:
+def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0, A_LDMATRIX=False,
+                        B_INTERLEAVED=False, LEAN_INDEX=False) -> str | None:
     """Why a configuration cannot be built (None if it can)."""
     elem = 4 if kind == "tf32" else 2
     bk = BK_BYTES // elem
     if A_LDMATRIX and kind != "tf32":
         return "A_LDMATRIX is a TF32 option (16-bit kinds always load A with ldmatrix)"
+    if B_INTERLEAVED and kind != "tf32":
+        return "B_INTERLEAVED is a TF32 option (16-bit kinds load B with ldmatrix.trans)"
+    if B_INTERLEAVED and WN % (4 * TILE_N):
+        return f"B_INTERLEAVED interleaves n tiles four by four: WN must be a multiple of {4 * TILE_N}"
     if BM % WM or BN % WN or WM % TILE_M or WN % TILE_N:
         return f"BM % WM, BN % WN, WM % {TILE_M} and WN % {TILE_N} must be 0"
     if kind != "tf32" and (WN // TILE_N) % 2 and WN != TILE_N:
@@ -375,14 +388,15 @@ def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0, 
 _TILED_KERNELS: dict = {}
 
 
-def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False):
+def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False,
+                          B_INTERLEAVED=False, LEAN_INDEX=False):
     """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
-    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX)
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED, LEAN_INDEX)
     if key in _TILED_KERNELS:
         return _TILED_KERNELS[key]
     if kind not in K_STEP:
         raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
-    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX)
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED)
     if problem:
         raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
                          f"{problem}")
@@ -395,7 +409,7 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
     MI, NI = WM // TILE_M, WN // TILE_N          # mma tiles per warp: MI × NI accumulators of 4 floats
     WARPS_N = BN // WN
     THREADS = (BM // WM) * WARPS_N * WARP
-    A_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BN // CH
+    A_CHUNKS, A_ROW_CHUNKS, B_CHUNKS_ROW = BM * BK // CH, BK // CH, BN // CH
     B_CHUNKS = BK * B_CHUNKS_ROW
     A_STAGE, B_STAGE = BM * BK, BK * BN          # values per stage
     A_SMEM, B_SMEM = STAGES * A_STAGE, STAGES * B_STAGE
@@ -413,7 +427,10 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
         for it in range(A_ROUNDS):                  # a constant trip count: unrolled, no division per chunk
             e = tid + it * THREADS
             if A_CHUNKS % THREADS == 0 or e < A_CHUNKS:
-                r, ch = e // (BK // CH), e % (BK // CH)
+                if LEAN_INDEX and THREADS % A_ROW_CHUNKS == 0:   # round `it` moves whole rows down
+                    r, ch = tid // A_ROW_CHUNKS + it * (THREADS // A_ROW_CHUNKS), tid % A_ROW_CHUNKS
+                else:
+                    r, ch = e // (BK // CH), e % (BK // CH)
                 dst = stage * A_STAGE + r * BK + swz_a(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(a_s, dst, a, (row0 + r) * k + k0 + ch * CH)
@@ -423,7 +440,10 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
         for it in range(B_ROUNDS):
             e = tid + it * THREADS
             if B_CHUNKS % THREADS == 0 or e < B_CHUNKS:
-                r, ch = e // B_CHUNKS_ROW, e % B_CHUNKS_ROW
+                if LEAN_INDEX and THREADS % B_CHUNKS_ROW == 0:
+                    r, ch = tid // B_CHUNKS_ROW + it * (THREADS // B_CHUNKS_ROW), tid % B_CHUNKS_ROW
+                else:
+                    r, ch = e // B_CHUNKS_ROW, e % B_CHUNKS_ROW
                 dst = stage * B_STAGE + r * BN + swz_b(r, ch) * CH
                 if ASYNC:
                     mma.cp_async_cg16(b_s, dst, b, (k0 + r) * n + col0 + ch * CH)
@@ -448,12 +468,20 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
                     r = wrow + i * TILE_M + g + 8 * (q & 1)
                     col = kk + t + 4 * (q >> 1)
                     af32[i, q] = a_s[a_base + r * BK + swz_a(r, col // CH) * CH + col % CH]
-        if tf32:
+        if tf32 and B_INTERLEAVED:
+            for j4 in range(NI // 4):               # n tiles 4·j4 + jj use column wcol + 32·j4 + 4g + jj
+                for q in range(2):                  # b_q = B[t + 4q, g] of each of the 4 tiles: one chunk
+                    kr = kk + t + 4 * q
+                    ch = (wcol + 32 * j4) // CH + g
+                    v = load_float4(b_s, (b_base + kr * BN) // CH + swz_b(kr, ch))   # index in chunks
+                    bf32[4 * j4, q], bf32[4 * j4 + 1, q], bf32[4 * j4 + 2, q], bf32[4 * j4 + 3, q] = v
+        elif tf32:
             for j in range(NI):
                 for q in range(2):                  # b_q = B[t + 4q, g]
                     kr = kk + t + 4 * q
                     col = wcol + j * TILE_N + g
                     bf32[j, q] = b_s[b_base + kr * BN + swz_b(kr, col // CH) * CH + col % CH]
+        if tf32:
             for i in range(MI):
                 for j in range(NI):
                     d = mma.mma_m16n8k8_tf32(af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3], bf32[j, 0],
@@ -523,42 +551,63 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
             if s < k_tiles:
                 load_stage(a, b, a_s, b_s, s, row0, col0, s * BK, tid)
             mma.cp_async_commit()
+        if LEAN_INDEX:
+            stage, refill = 0, STAGES - 1           # the ring's slot read now, and the one refilled next
         for kt in range(k_tiles):
-            stage = kt % STAGES
+            if not LEAN_INDEX:
+                stage = kt % STAGES
             if ASYNC:
                 mma.cp_async_wait_group(WAIT)       # this stage's copies have landed (for this thread) ...
                 cuda.syncthreads()                  # ... and for every thread; the stage read last is free
                 nxt = kt + STAGES - 1
-                if nxt < k_tiles:
+                if nxt < k_tiles and LEAN_INDEX:
+                    load_stage(a, b, a_s, b_s, refill, row0, col0, nxt * BK, tid)
+                elif nxt < k_tiles:
                     load_stage(a, b, a_s, b_s, nxt % STAGES, row0, col0, nxt * BK, tid)
                 mma.cp_async_commit()               # an empty group at the tail keeps the count in step
+                if LEAN_INDEX:
+                    refill = 0 if refill == STAGES - 1 else refill + 1
             else:
                 load_stage(a, b, a_s, b_s, 0, row0, col0, kt * BK, tid)
                 cuda.syncthreads()
             a_base, b_base = stage * A_STAGE, stage * B_STAGE
             mma_step(a_s, b_s, a_base, b_base, 0, acc, af, bf, af32, bf32, wrow, wcol, lane)   # BK = 2 steps
             mma_step(a_s, b_s, a_base, b_base, KS, acc, af, bf, af32, bf32, wrow, wcol, lane)
+            if LEAN_INDEX:
+                stage = 0 if stage == STAGES - 1 else stage + 1
             if not ASYNC:
                 cuda.syncthreads()                  # everyone is done with the stage before it is refilled
         # the epilogue: each warp's accumulators go straight to C
         for i in range(MI):
             for j in range(NI):
-                _store_c(c, row0 + wrow + i * TILE_M, col0 + wcol + j * TILE_N, lane,
-                         acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+                if B_INTERLEAVED:                   # the tile's column n is C's wcol + 32(j >> 2) + 4n + (j & 3)
+                    for q in range(4):
+                        r, n = mma.c_element(lane, q)
+                        c[row0 + wrow + i * TILE_M + r, col0 + wcol + 32 * (j >> 2) + 4 * n + (j & 3)] = acc[i, j, q]
+                else:
+                    _store_c(c, row0 + wrow + i * TILE_M, col0 + wcol + j * TILE_N, lane,
+                             acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
 
     kernel = quiet(matmul_mma_tiled_kernel)
     _TILED_KERNELS[key] = kernel, THREADS
     return kernel, THREADS
 
 
-def fragment_addresses(kind: str, operand: str, BN: int, swizzle: bool) -> tuple[list[int], int]:
+def fragment_addresses(kind: str, operand: str, BN: int, swizzle: bool,
+                       b_interleaved: bool = False) -> tuple[list[int], int]:
     """The shared-memory byte addresses of a warp's first fragment load of `operand` ('A' or 'B') in
     make_mma_tiled_kernel, one per lane, and the access width in bytes: for 16-bit inputs the 32 row
     addresses of one ldmatrix.x4 (A) or ldmatrix.x4.trans (B), 16 bytes each; for TF32 one 4-byte load
-    (a0 or b0). The same index arithmetic as the kernel, for the bank model of lib.widgets.bank_conflicts."""
+    (a0 or b0), or with `b_interleaved` B's 16-byte load of b0 for n tiles 0-3 (B_INTERLEAVED). The same
+    index arithmetic as the kernel, for the bank model of lib.widgets.bank_conflicts."""
     if operand not in ("A", "B"):
         raise ValueError(f"operand must be 'A' or 'B', got {operand!r}")
     tf32 = kind == "tf32"
+    if b_interleaved:
+        if not (tf32 and operand == "B"):
+            raise ValueError("b_interleaved describes TF32's B operand only")
+        swz = _swizzle_b32.py_func if swizzle else _no_swizzle.py_func
+        return [(((lane & 3) * BN) // 4 + swz(lane & 3, lane >> 2)) * CHUNK_BYTES for lane in range(WARP)], CHUNK_BYTES
     elem = 4 if tf32 else 2
     ch_values, bk = CHUNK_BYTES // elem, BK_BYTES // elem
     identity = _no_swizzle.py_func

@@ -20,6 +20,14 @@ def test_swizzled_fragment_loads_are_conflict_free(kind, operand, bn):
     assert plain["degree"] == want, plain
 
 
+@pytest.mark.parametrize("bn", [64, 128, 256])
+def test_interleaved_b_loads_are_conflict_free_when_swizzled(bn):
+    swizzled = conflict_report(*tc.fragment_addresses("tf32", "B", bn, True, b_interleaved=True))
+    plain = conflict_report(*tc.fragment_addresses("tf32", "B", bn, False, b_interleaved=True))
+    assert swizzled["conflicts"] == 0, swizzled
+    assert plain["degree"] == 4, plain        # 4 rows (t) at one chunk column share a bank group
+
+
 def test_bad_configurations_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="48 KiB"):
         tc.make_mma_tiled_kernel("f16", 256, 256, 64, 64, 3, True)
@@ -31,6 +39,10 @@ def test_bad_configurations_are_refused_with_the_reason():
         tc.make_mma_tiled_kernel("fp8", 128, 128, 64, 32, 3, True)
     with pytest.raises(ValueError, match="A_LDMATRIX is a TF32 option"):
         tc.make_mma_tiled_kernel("f16", 128, 128, 64, 32, 3, True, A_LDMATRIX=True)
+    with pytest.raises(ValueError, match="B_INTERLEAVED is a TF32 option"):
+        tc.make_mma_tiled_kernel("bf16", 128, 128, 64, 32, 3, True, B_INTERLEAVED=True)
+    with pytest.raises(ValueError, match="WN must be a multiple of 32"):
+        tc.make_mma_tiled_kernel("tf32", 128, 128, 64, 16, 3, True, B_INTERLEAVED=True)
 
 
 def test_recorded_winner_without_newer_options_reads_them_as_off(tmp_path, monkeypatch):
@@ -48,11 +60,14 @@ def test_launcher_refuses_shapes_it_cannot_tile():
         tc.launch_mma_tiled("f16", a, b, np.zeros((128, 128), np.float32), tc.RUNG_CONFIGS["swizzle"])
 
 
-@pytest.mark.parametrize("kind, a_ldmatrix", [("tf32", False), ("tf32", True), ("bf16", False)])
-def test_pipeline_ring_wraps_correctly(kind, a_ldmatrix):
-    """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once (TF32 also
-    with A's fragments through ldmatrix: a wrong lane mapping or swizzle gives wrong products)."""
-    cfg = tc.tiled_config(64, 64, 32, 32, 3, True, A_LDMATRIX=a_ldmatrix)
+@pytest.mark.parametrize("kind, options", [
+    ("tf32", {}), ("tf32", {"A_LDMATRIX": True}),
+    ("tf32", {"A_LDMATRIX": True, "B_INTERLEAVED": True, "LEAN_INDEX": True}),
+    ("bf16", {}), ("bf16", {"LEAN_INDEX": True})], ids=str)
+def test_pipeline_ring_wraps_correctly(kind, options):
+    """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once; also with
+    each option of the kernel (a wrong lane mapping, swizzle, interleave or ring slot gives wrong products)."""
+    cfg = tc.tiled_config(64, 64, 32, 32, 3, True, **options)
     k = 5 * tc.BK_BYTES // (4 if kind == "tf32" else 2)
     a, b = tc._inputs(kind)((64, 64, k), np.random.default_rng(5))
     c = np.full((64, 64), np.nan, np.float32)
