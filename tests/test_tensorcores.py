@@ -60,14 +60,14 @@ def test_launcher_refuses_shapes_it_cannot_tile():
         tc.launch_mma_tiled("f16", a, b, np.zeros((128, 128), np.float32), tc.RUNG_CONFIGS["swizzle"])
 
 
-@pytest.mark.parametrize("kind, options", [
-    ("tf32", {}), ("tf32", {"A_LDMATRIX": True}),
-    ("tf32", {"A_LDMATRIX": True, "B_INTERLEAVED": True, "LEAN_INDEX": True}),
-    ("bf16", {}), ("bf16", {"LEAN_INDEX": True})], ids=str)
-def test_pipeline_ring_wraps_correctly(kind, options):
+@pytest.mark.parametrize("kind, wn, options", [
+    ("tf32", 32, {}), ("tf32", 32, {"A_LDMATRIX": True}),
+    ("tf32", 64, {"A_LDMATRIX": True, "B_INTERLEAVED": True, "LEAN_INDEX": True}),   # two groups of 4 n tiles
+    ("bf16", 32, {}), ("bf16", 32, {"LEAN_INDEX": True})], ids=str)
+def test_pipeline_ring_wraps_correctly(kind, wn, options):
     """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once; also with
     each option of the kernel (a wrong lane mapping, swizzle, interleave or ring slot gives wrong products)."""
-    cfg = tc.tiled_config(64, 64, 32, 32, 3, True, **options)
+    cfg = tc.tiled_config(64, 64, 32, wn, 3, True, **options)
     k = 5 * tc.BK_BYTES // (4 if kind == "tf32" else 2)
     a, b = tc._inputs(kind)((64, 64, k), np.random.default_rng(5))
     c = np.full((64, 64), np.nan, np.float32)
