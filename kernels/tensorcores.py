@@ -337,7 +337,7 @@ def _no_swizzle(row, chunk):
 
 
 def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False,
-                 B_INTERLEAVED=False, LEAN_INDEX=False) -> dict:
+                 B_INTERLEAVED=False, LEAN_INDEX=False, PREROUNDED=False) -> dict:
     """A configuration of make_mma_tiled_kernel, as a dict (the form the rungs and the sweep store);
     MAXREG > 0 caps the registers per thread (ptxas spills beyond it), 0 leaves them to ptxas. Two TF32
     options: A_LDMATRIX loads A fragments with one ldmatrix.x4 per 16 × 8 tile instead of four 4-byte loads;
@@ -345,25 +345,29 @@ def tiled_config(BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATR
     16-byte chunk (one 16-byte load instead of four; the epilogue writes C's columns back in place).
     LEAN_INDEX (any kind) computes the same copy chunks and ring slots with less arithmetic: a thread keeps
     its chunk column and steps down whole rows, and the ring's slots are counters instead of kt % STAGES
-    (fewer live registers; the same memory traffic)."""
+    (fewer live registers; the same memory traffic). PREROUNDED (TF32): the launcher rounds A and B to TF32
+    once (round_tf32_kernel, into scratch arrays) and the kernel's mma.sync skips its per-operand cvt.rna
+    (the same products; 8 bytes per input element of extra traffic)."""
     return dict(BM=BM, BN=BN, WM=WM, WN=WN, STAGES=STAGES, SWIZZLE=SWIZZLE, ASYNC=ASYNC, MAXREG=MAXREG,
-                A_LDMATRIX=A_LDMATRIX, B_INTERLEAVED=B_INTERLEAVED, LEAN_INDEX=LEAN_INDEX)
+                A_LDMATRIX=A_LDMATRIX, B_INTERLEAVED=B_INTERLEAVED, LEAN_INDEX=LEAN_INDEX, PREROUNDED=PREROUNDED)
 
 
 def tiled_label(cfg: dict) -> str:
     return ("BM{BM} BN{BN} WM{WM} WN{WN} S{STAGES}".format(**cfg) + (" swz" if cfg["SWIZZLE"] else "")
             + ("" if cfg["ASYNC"] else " sync") + (f" R{cfg['MAXREG']}" if cfg.get("MAXREG") else "")
             + (" ldsmA" if cfg.get("A_LDMATRIX") else "") + (" ilvB" if cfg.get("B_INTERLEAVED") else "")
-            + (" lean" if cfg.get("LEAN_INDEX") else ""))
+            + (" lean" if cfg.get("LEAN_INDEX") else "") + (" pre" if cfg.get("PREROUNDED") else ""))
 
 
 def tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG=0, A_LDMATRIX=False,
-                        B_INTERLEAVED=False, LEAN_INDEX=False) -> str | None:
+                        B_INTERLEAVED=False, LEAN_INDEX=False, PREROUNDED=False) -> str | None:
     """Why a configuration cannot be built (None if it can)."""
     elem = 4 if kind == "tf32" else 2
     bk = BK_BYTES // elem
     if A_LDMATRIX and kind != "tf32":
         return "A_LDMATRIX is a TF32 option (16-bit kinds always load A with ldmatrix)"
+    if PREROUNDED and kind != "tf32":
+        return "PREROUNDED is a TF32 option (16-bit inputs are used as stored)"
     if B_INTERLEAVED and kind != "tf32":
         return "B_INTERLEAVED is a TF32 option (16-bit kinds load B with ldmatrix.trans)"
     if B_INTERLEAVED and WN % (4 * TILE_N):
@@ -389,14 +393,17 @@ _TILED_KERNELS: dict = {}
 
 
 def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAXREG=0, A_LDMATRIX=False,
-                          B_INTERLEAVED=False, LEAN_INDEX=False):
-    """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads)."""
-    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED, LEAN_INDEX)
+                          B_INTERLEAVED=False, LEAN_INDEX=False, PREROUNDED=False):
+    """The tiled tensor-core matmul kernel for one configuration (cached): returns (kernel, threads).
+    With PREROUNDED the kernel expects A and B already rounded to TF32 (launch_mma_tiled does it)."""
+    key = (kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED, LEAN_INDEX,
+           PREROUNDED)
     if key in _TILED_KERNELS:
         return _TILED_KERNELS[key]
     if kind not in K_STEP:
         raise ValueError(f"kind must be one of {sorted(K_STEP)}, got {kind!r}")
-    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED)
+    problem = tiled_shape_problem(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC, MAXREG, A_LDMATRIX, B_INTERLEAVED,
+                                  LEAN_INDEX, PREROUNDED)
     if problem:
         raise ValueError(f"make_mma_tiled_kernel({kind}, BM={BM}, BN={BN}, WM={WM}, WN={WN}, STAGES={STAGES}): "
                          f"{problem}")
@@ -484,8 +491,13 @@ def make_mma_tiled_kernel(kind, BM, BN, WM, WN, STAGES, SWIZZLE, ASYNC=True, MAX
         if tf32:
             for i in range(MI):
                 for j in range(NI):
-                    d = mma.mma_m16n8k8_tf32(af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3], bf32[j, 0],
-                                             bf32[j, 1], acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+                    if PREROUNDED:
+                        d = mma.mma_m16n8k8_tf32_prerounded(af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3],
+                                                            bf32[j, 0], bf32[j, 1], acc[i, j, 0], acc[i, j, 1],
+                                                            acc[i, j, 2], acc[i, j, 3])
+                    else:
+                        d = mma.mma_m16n8k8_tf32(af32[i, 0], af32[i, 1], af32[i, 2], af32[i, 3], bf32[j, 0],
+                                                 bf32[j, 1], acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
                     for q in range(4):
                         acc[i, j, q] = d[q]
         else:
@@ -634,7 +646,36 @@ def launch_mma_tiled(kind, a, b, c, cfg, where="matmul_mma_tiled"):
         raise ValueError(f"{where}: needs M % {cfg['BM']} == N % {cfg['BN']} == K % {bk} == 0, got M={m}, "
                          f"N={n}, K={k} (this rung has no edge handling)")
     kernel, threads = make_mma_tiled_kernel(kind, **cfg)
+    if cfg.get("PREROUNDED"):
+        a, b = _rounded_tf32(a, "a"), _rounded_tf32(b, "b")
     kernel[(n // cfg["BN"], m // cfg["BM"]), threads](a, b, c)
+
+
+ROUND_BLOCK = (32, 8)                    # round_tf32_kernel: a warp per row segment, 8 rows per block
+_ROUNDED: dict = {}                      # (operand, shape) -> scratch device array, reused across launches
+
+
+@cuda.jit
+def round_tf32_kernel(x, out):
+    """out = x rounded to TF32 (cvt.rna.tf32.f32: to nearest, ties away from zero), element by element.
+
+    Memory: 8 bytes per element (a 4-byte read and a 4-byte write), coalesced along rows.
+    Launch: 2-D, ROUND_BLOCK threads, grid (ceil(cols / 32), ceil(rows / 8)); out has x's shape.
+    """
+    col, row = cuda.grid(2)
+    if row < x.shape[0] and col < x.shape[1]:
+        out[row, col] = mma.to_tf32(x[row, col])
+
+
+def _rounded_tf32(x, operand):
+    """x rounded to TF32 in a scratch device array kept for the next launch of the same shape."""
+    key = (operand, x.shape)
+    if key not in _ROUNDED:
+        _ROUNDED[key] = cuda.device_array(x.shape, np.float32)
+    out = _ROUNDED[key]
+    rows, cols = x.shape
+    round_tf32_kernel[(-(-cols // ROUND_BLOCK[0]), -(-rows // ROUND_BLOCK[1])), ROUND_BLOCK](x, out)
+    return out
 
 
 # --- baselines: cuBLAS through torch ------------------------------------------------------------------

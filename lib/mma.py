@@ -36,6 +36,10 @@ API (every lane of the warp calls each function with its own operands, the whole
 * ``a_element_tf32(lane, i)``, ``b_element_tf32``, ``a_element_b16``, ``b_element_b16``, ``c_element``:
   the layout functions of :data:`LAYOUTS` as device functions, for kernels that load fragments themselves.
 * ``mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``: float32 in and out.
+* ``mma_m16n8k8_tf32_prerounded(...)``: the same without the per-operand ``cvt.rna``, for operands that are
+  TF32 values already (``to_tf32`` or :func:`round_tf32` applied beforehand, e.g. once per matrix instead of
+  once per fragment). The twin refuses a value that is not TF32, naming the lane.
+* ``to_tf32(x)``: float32 rounded to TF32 in a kernel (``cvt.rna.tf32.f32``; :func:`round_tf32` on the twin).
 * ``mma_m16n8k16_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` and ``mma_m16n8k16_bf16(...)``: a* and b*
   are 32-bit registers holding two 16-bit values each (:func:`pack_b16x2`, or straight from ``ldmatrix``),
   c* and d* float32.
@@ -244,6 +248,28 @@ def _mma_twin(shape: str):
     return twin
 
 
+def _mma_tf32_prerounded_twin():
+    op = "mma.sync.m16n8k8.tf32 (operands pre-rounded)"
+    exact = _mma_twin("m16n8k8.tf32")
+
+    def twin(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        for name, x in zip(("a0", "a1", "a2", "a3", "b0", "b1"), (a0, a1, a2, a3, b0, b1)):
+            x = np.float32(x)
+            if round_tf32(x).view(np.uint32) != x.view(np.uint32):
+                t = lib.simulator.current_thread()
+                raise ValueError(f"{op}: {name} = {float(x)!r} of lane {t.thread_id % WARP} (block "
+                                 f"{tuple(t.blockIdx)}, thread {tuple(t.threadIdx)}) is not a TF32 value: round "
+                                 "it with to_tf32 first, or use mma_m16n8k8_tf32")
+        return exact(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+    twin.__name__ = "mma_m16n8k8_tf32_prerounded"
+    return twin
+
+
+def _to_tf32(x):
+    return np.float32(round_tf32(np.float32(x)))
+
+
 def _unpack(registers, kind: str) -> list[float]:
     out = []
     for r in registers:
@@ -415,7 +441,7 @@ def _gpu_intrinsics():
         itemsize = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
         return builder.add(base, builder.mul(index, ir.Constant(i32, itemsize)))
 
-    def mma(shape: str, ptx: str, n_a: int, n_b: int):
+    def mma(shape: str, ptx: str, n_a: int, n_b: int, round_operands: bool = True):
         @intrinsic
         def mma_intrinsic(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
             operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
@@ -426,7 +452,10 @@ def _gpu_intrinsics():
 
             def codegen(context, builder, sig, args):
                 args = list(args)
-                if shape.endswith("tf32"):
+                if shape.endswith("tf32") and not round_operands:   # already TF32 values: their bits as they are
+                    ab = [builder.bitcast(context.cast(builder, v, t, types.float32), i32)
+                          for v, t in zip(args[:n_a + n_b], sig.args)]
+                elif shape.endswith("tf32"):
                     cvt = ir.FunctionType(i32, [f32])
                     ab = [builder.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f",
                                       [context.cast(builder, v, t, types.float32)], False, "tf32")
@@ -469,6 +498,17 @@ def _gpu_intrinsics():
             ret = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
             return ret(smem, index), codegen
         return ldmatrix_intrinsic
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            bits = builder.asm(ir.FunctionType(i32, [f32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f",
+                               [context.cast(builder, args[0], sig.args[0], types.float32)], False, "tf32")
+            return builder.bitcast(bits, f32)
+        return types.float32(x), codegen
 
     def ldmatrix_tf32(count: int):
         """The same ldmatrix on a float32 array: the 32-bit registers are reinterpreted as float32 values."""
@@ -537,6 +577,9 @@ def _gpu_intrinsics():
 
     return dict(
         mma_m16n8k8_tf32=mma("m16n8k8.tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 2),
+        mma_m16n8k8_tf32_prerounded=mma("m16n8k8.tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+                                        4, 2, round_operands=False),
+        to_tf32=to_tf32,
         mma_m16n8k16_f16=mma("m16n8k16.f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 2),
         mma_m16n8k16_bf16=mma("m16n8k16.bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 4, 2),
         ldmatrix_x1=ldmatrix(1, False), ldmatrix_x2=ldmatrix(2, False), ldmatrix_x4=ldmatrix(4, False),
@@ -551,6 +594,7 @@ def _gpu_intrinsics():
 def _simulator_twins():
     return dict(
         mma_m16n8k8_tf32=_mma_twin("m16n8k8.tf32"), mma_m16n8k16_f16=_mma_twin("m16n8k16.f16"),
+        mma_m16n8k8_tf32_prerounded=_mma_tf32_prerounded_twin(), to_tf32=_to_tf32,
         mma_m16n8k16_bf16=_mma_twin("m16n8k16.bf16"),
         ldmatrix_x1=_ldmatrix_twin(1, False), ldmatrix_x2=_ldmatrix_twin(2, False),
         ldmatrix_x4=_ldmatrix_twin(4, False), ldmatrix_x1_trans=_ldmatrix_twin(1, True),

@@ -127,6 +127,61 @@ def test_layout_tables_cover_every_element_once():
         assert rows * cols == WARP * per_lane
 
 
+@cuda.jit
+def to_tf32_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = mma.to_tf32(x[i])
+
+
+def test_to_tf32_rounds_as_round_tf32():
+    """Bit for bit: ties (low 13 bits 0x1000) go away from zero, infinities and NaN pass, the rest rounds."""
+    bits = np.array([0x3F801000, 0xBF801000, 0x3F800FFF, 0x3F801001, 0x7F800000, 0xFF800000, 0x7FC00000],
+                    dtype=np.uint32)
+    x = np.concatenate([bits.view(np.float32),
+                        np.random.default_rng(4).standard_normal(55).astype(np.float32)])
+    out = np.zeros_like(x)
+    to_tf32_kernel[1, 64](x, out)
+    want = mma.round_tf32(x)
+    assert (out.view(np.uint32) == want.view(np.uint32)).all(), (out.view(np.uint32), want.view(np.uint32))
+
+
+@cuda.jit
+def mma_tf32_prerounded_kernel(a, b, c, ia, ib, ic, d):
+    """mma_tf32_kernel with the operands passed to the pre-rounded variant (no cvt in the instruction)."""
+    lane = cuda.threadIdx.x
+    d0, d1, d2, d3 = mma.mma_m16n8k8_tf32_prerounded(
+        a[ia[lane, 0, 0], ia[lane, 0, 1]], a[ia[lane, 1, 0], ia[lane, 1, 1]],
+        a[ia[lane, 2, 0], ia[lane, 2, 1]], a[ia[lane, 3, 0], ia[lane, 3, 1]],
+        b[ib[lane, 0, 0], ib[lane, 0, 1]], b[ib[lane, 1, 0], ib[lane, 1, 1]],
+        c[ic[lane, 0, 0], ic[lane, 0, 1]], c[ic[lane, 1, 0], ic[lane, 1, 1]],
+        c[ic[lane, 2, 0], ic[lane, 2, 1]], c[ic[lane, 3, 0], ic[lane, 3, 1]])
+    d[ic[lane, 0, 0], ic[lane, 0, 1]] = d0
+    d[ic[lane, 1, 0], ic[lane, 1, 1]] = d1
+    d[ic[lane, 2, 0], ic[lane, 2, 1]] = d2
+    d[ic[lane, 3, 0], ic[lane, 3, 1]] = d3
+
+
+def test_tf32_prerounded_product_matches_float64():
+    rng = np.random.default_rng(6)
+    a = mma.round_tf32(rng.standard_normal((16, 8)).astype(np.float32))
+    b = mma.round_tf32(rng.standard_normal((8, 8)).astype(np.float32))
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    d = np.zeros((16, 8), np.float32)
+    mma_tf32_prerounded_kernel[1, WARP](a, b, c, *_tables("m16n8k8.tf32"), d)
+    want = a.astype(np.float64) @ b.astype(np.float64) + c
+    assert np.allclose(d, want, rtol=2.0 ** -20, atol=1e-5), np.abs(d - want).max()
+
+
+@pytest.mark.skipif(lib.ON_GPU, reason="the twin's check; the hardware uses whatever bits it is given")
+def test_tf32_prerounded_refuses_a_value_that_is_not_tf32():
+    a = np.ones((16, 8), np.float32)
+    a[3, 5] = np.float32(1.0 + 2.0 ** -20)          # not a TF32 value: 20 mantissa bits
+    b, c = np.ones((8, 8), np.float32), np.zeros((16, 8), np.float32)
+    with pytest.raises(Exception, match="a[0-3] = 1.0000009.* is not a TF32 value"):
+        mma_tf32_prerounded_kernel[1, WARP](a, b, c, *_tables("m16n8k8.tf32"), np.zeros((16, 8), np.float32))
+
+
 # --- ldmatrix ---------------------------------------------------------------------------------------------
 ROW_STRIDE = 24  # 16-bit elements per shared row: 48 bytes, a multiple of 16, rows not packed back to back
 TILE_ELEMENTS = 32 * ROW_STRIDE

@@ -41,6 +41,8 @@ def test_bad_configurations_are_refused_with_the_reason():
         tc.make_mma_tiled_kernel("f16", 128, 128, 64, 32, 3, True, A_LDMATRIX=True)
     with pytest.raises(ValueError, match="B_INTERLEAVED is a TF32 option"):
         tc.make_mma_tiled_kernel("bf16", 128, 128, 64, 32, 3, True, B_INTERLEAVED=True)
+    with pytest.raises(ValueError, match="PREROUNDED is a TF32 option"):
+        tc.make_mma_tiled_kernel("f16", 128, 128, 64, 32, 3, True, PREROUNDED=True)
     with pytest.raises(ValueError, match="WN must be a multiple of 32"):
         tc.make_mma_tiled_kernel("tf32", 128, 128, 64, 16, 3, True, B_INTERLEAVED=True)
 
@@ -61,8 +63,8 @@ def test_launcher_refuses_shapes_it_cannot_tile():
 
 
 @pytest.mark.parametrize("kind, wn, options", [
-    ("tf32", 32, {}), ("tf32", 32, {"A_LDMATRIX": True}),
-    ("tf32", 64, {"A_LDMATRIX": True, "B_INTERLEAVED": True, "LEAN_INDEX": True}),   # two groups of 4 n tiles
+    ("tf32", 32, {}), ("tf32", 32, {"A_LDMATRIX": True, "B_INTERLEAVED": True}),
+    ("tf32", 64, {"A_LDMATRIX": True, "B_INTERLEAVED": True, "LEAN_INDEX": True, "PREROUNDED": True}),
     ("bf16", 32, {}), ("bf16", 32, {"LEAN_INDEX": True})], ids=str)
 def test_pipeline_ring_wraps_correctly(kind, wn, options):
     """64 × 64 tiles, 3 stages, K of 5 stages: every slot of the ring is refilled at least once; also with
