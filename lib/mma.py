@@ -441,7 +441,7 @@ def _gpu_intrinsics():
         itemsize = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
         return builder.add(base, builder.mul(index, ir.Constant(i32, itemsize)))
 
-    def mma(shape: str, ptx: str, n_a: int, n_b: int, round_operands: bool = True):
+    def mma(shape: str, ptx: str, n_a: int, n_b: int):
         @intrinsic
         def mma_intrinsic(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
             operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
@@ -452,10 +452,7 @@ def _gpu_intrinsics():
 
             def codegen(context, builder, sig, args):
                 args = list(args)
-                if shape.endswith("tf32") and not round_operands:   # already TF32 values: their bits as they are
-                    ab = [builder.bitcast(context.cast(builder, v, t, types.float32), i32)
-                          for v, t in zip(args[:n_a + n_b], sig.args)]
-                elif shape.endswith("tf32"):
+                if shape.endswith("tf32"):
                     cvt = ir.FunctionType(i32, [f32])
                     ab = [builder.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f",
                                       [context.cast(builder, v, t, types.float32)], False, "tf32")
@@ -498,6 +495,25 @@ def _gpu_intrinsics():
             ret = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
             return ret(smem, index), codegen
         return ldmatrix_intrinsic
+
+    def mma_tf32_prerounded():
+        """mma.sync m16n8k8 TF32 on float32 operands that are TF32 values already: their bits, no cvt."""
+        @intrinsic
+        def mma_tf32_prerounded_intrinsic(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+            if not all(isinstance(t, types.Float) for t in operands):
+                return None
+
+            def codegen(context, builder, sig, args):
+                values = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
+                ab = [builder.bitcast(v, i32) for v in values[:6]]
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
+                d = builder.asm(fnty, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {$0,$1,$2,$3}, "
+                                "{$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                                ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4), ab + values[6:], False, "mma")
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(d, k) for k in range(4)])
+            return types.UniTuple(types.float32, 4)(*operands), codegen
+        return mma_tf32_prerounded_intrinsic
 
     @intrinsic
     def to_tf32(typingctx, x):
@@ -577,8 +593,7 @@ def _gpu_intrinsics():
 
     return dict(
         mma_m16n8k8_tf32=mma("m16n8k8.tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 2),
-        mma_m16n8k8_tf32_prerounded=mma("m16n8k8.tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
-                                        4, 2, round_operands=False),
+        mma_m16n8k8_tf32_prerounded=mma_tf32_prerounded(),
         to_tf32=to_tf32,
         mma_m16n8k16_f16=mma("m16n8k16.f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 2),
         mma_m16n8k16_bf16=mma("m16n8k16.bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 4, 2),
