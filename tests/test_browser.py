@@ -155,12 +155,19 @@ def visit(browser_context, site):
         v.close()
 
 
-def widget(page):
-    """The output area that holds the page's (one) anywidget, once it has rendered its controls."""
+# Pages with more than one widget (all others carry at most one).
+WIDGETS_ON_PAGE = {"chapters/tensorcores": 2}  # the fragment layouts, the roofline with the mma.sync roofs
+
+
+def widget(page, expected: int = 1):
+    """The output area that holds the page's first anywidget, once the page's `expected` widgets have
+    rendered their controls."""
+    from playwright.sync_api import expect
+
     controls = "input[type=range], select"  # sliders, or the fragment widget's menus
     page.wait_for_selector(f".cell_output :is({controls})", state="attached", timeout=WIDGET_TIMEOUT_MS)
     box = page.locator(".cell_output").filter(has=page.locator(controls))
-    assert box.count() == 1, f"expected one widget on {page.url}, found {box.count()}"
+    expect(box).to_have_count(expected, timeout=WIDGET_TIMEOUT_MS)
     return box.first
 
 
@@ -200,7 +207,7 @@ def test_chapter_loads_cleanly_and_is_photographed(visit, shots, doc):
     assert page.locator("h1").count() >= 1, f"{doc}: no heading rendered"
     if page.locator("script[type='application/vnd.jupyter.widget-view+json']").count() or \
             page.locator(".cell_output .jupyter-widgets").count():
-        widget(page)  # wait for the widget, so its scripts' errors are caught too
+        widget(page, WIDGETS_ON_PAGE.get(doc, 1))  # wait for the widgets, so their scripts' errors are caught too
     problems = v.settle()
     page.screenshot(path=str(shots / f"{Path(doc).name}.png"), full_page=True)
     assert not problems, f"{doc}:\n" + "\n".join(problems[:30])
