@@ -91,10 +91,12 @@ function plot(spec, result, points, measured = []) {
       `${p.intensity.toPrecision(3)} FLOP/B, ${p.tflops.toPrecision(3)} TFLOP/s`));
     svg.append(dot);
   }
+  // The key sits in the bottom right corner, which no kernel reaches (high intensity at a tiny rate), so it
+  // covers neither points nor the roofs' labels.
   chapters.forEach((ch, i) => {
-    const y = PAD.top + 12 + 14 * i;
-    svg.append(el("circle", { cx: PAD.left + 10, cy: y - 4, r: 4, fill: CHAPTER_COLORS[i % CHAPTER_COLORS.length] }));
-    svg.append(el("text", { x: PAD.left + 18, y, fill: axis }, `recorded: ${ch}`));
+    const y = H - PAD.bottom - 8 - 14 * (chapters.length - 1 - i), x = W - PAD.right - 150;
+    svg.append(el("circle", { cx: x + 10, cy: y - 4, r: 4, fill: CHAPTER_COLORS[i % CHAPTER_COLORS.length] }));
+    svg.append(el("text", { x: x + 18, y, fill: axis }, `recorded: ${ch}`));
   });
   if (result.intensity >= xMin && result.intensity <= xMax) {
     const x = sx(result.intensity);
