@@ -288,30 +288,39 @@ def _flat_host(array, where: str):
     return host.reshape(-1)
 
 
+def _ldmatrix_rows(op: str, ops, count: int, itemsize: int) -> list:
+    """The `count` 8-row matrices an ldmatrix reads: lane 8·m + r gives row r of matrix m, 16 bytes of
+    `itemsize`-byte elements (in the shared array's own dtype). Each row address is checked (element size,
+    16-byte alignment, inside the array)."""
+    width, bits = 16 // itemsize, 8 * itemsize
+    matrices = []
+    for m in range(count):
+        rows = []
+        for r in range(8):
+            smem, index = ops[8 * m + r]
+            flat = _flat_host(smem, op)
+            if flat.dtype.itemsize != itemsize:
+                raise ValueError(f"{op}: the shared array must hold {bits}-bit elements, not {flat.dtype}")
+            if (flat.ctypes.data + itemsize * int(index)) % 16:
+                raise ValueError(f"{op}: lane {8 * m + r} gave row address index {index}, not 16-byte aligned "
+                                 f"(each row of {width} {bits}-bit values must start on a 16-byte boundary)")
+            if not 0 <= index <= flat.size - width:
+                raise IndexError(f"{op}: lane {8 * m + r}'s row [{index}, {index + width}) is outside the "
+                                 f"shared array of {flat.size} elements")
+            # element by element through the array itself, so the simulator's debugger sees the reads
+            shape = np.shape(smem)
+            values = [smem[np.unravel_index(index + k, shape)] for k in range(width)]
+            rows.append(np.array(values, dtype=flat.dtype))
+        matrices.append(np.stack(rows))
+    return matrices
+
+
 def _ldmatrix_twin(count: int, trans: bool):
     op = f"ldmatrix.m8n8.x{count}{'.trans' if trans else ''}"
 
     def compute(ops):
         _all_lanes(op, ops)
-        matrices = []
-        for m in range(count):
-            rows = []
-            for r in range(8):
-                smem, index = ops[8 * m + r]
-                flat = _flat_host(smem, op)
-                if flat.dtype.itemsize != 2:
-                    raise ValueError(f"{op}: the shared array must hold 16-bit elements, not {flat.dtype}")
-                if (flat.ctypes.data + 2 * int(index)) % 16:
-                    raise ValueError(f"{op}: lane {8 * m + r} gave row address index {index}, not 16-byte "
-                                     "aligned (each row of 8 16-bit values must start on a 16-byte boundary)")
-                if not 0 <= index <= flat.size - 8:
-                    raise IndexError(f"{op}: lane {8 * m + r}'s row [{index}, {index + 8}) is outside the "
-                                     f"shared array of {flat.size} elements")
-                # element by element through the array itself, so the simulator's debugger sees the reads
-                shape = np.shape(smem)
-                values = [smem[np.unravel_index(index + k, shape)] for k in range(8)]
-                rows.append(np.array(values, dtype=flat.dtype).view(np.uint16))
-            matrices.append(np.stack(rows))
+        matrices = [m.view(np.uint16) for m in _ldmatrix_rows(op, ops, count, itemsize=2)]
         out = {}
         for lane in range(WARP):
             regs = []
@@ -333,23 +342,7 @@ def _ldmatrix_tf32_twin(count: int):
 
     def compute(ops):
         _all_lanes(op, ops)
-        matrices = []
-        for m in range(count):
-            rows = []
-            for r in range(8):
-                smem, index = ops[8 * m + r]
-                flat = _flat_host(smem, op)
-                if flat.dtype.itemsize != 4:
-                    raise ValueError(f"{op}: the shared array must hold 32-bit elements, not {flat.dtype}")
-                if (flat.ctypes.data + 4 * int(index)) % 16:
-                    raise ValueError(f"{op}: lane {8 * m + r} gave row address index {index}, not 16-byte "
-                                     "aligned (each row of 4 32-bit values must start on a 16-byte boundary)")
-                if not 0 <= index <= flat.size - 4:
-                    raise IndexError(f"{op}: lane {8 * m + r}'s row [{index}, {index + 4}) is outside the "
-                                     f"shared array of {flat.size} elements")
-                shape = np.shape(smem)   # element by element through the array: the debugger sees the reads
-                rows.append(np.array([smem[np.unravel_index(index + k, shape)] for k in range(4)], np.float32))
-            matrices.append(np.stack(rows))
+        matrices = [m.astype(np.float32) for m in _ldmatrix_rows(op, ops, count, itemsize=4)]
         out = {}
         for lane in range(WARP):
             regs = tuple(matrices[reg][ldmatrix_element_tf32(lane, reg)[1:]] for reg in range(count))

@@ -184,22 +184,21 @@ def test_tf32_prerounded_refuses_a_value_that_is_not_tf32():
 
 # --- ldmatrix ---------------------------------------------------------------------------------------------
 ROW_STRIDE = 24  # 16-bit elements per shared row: 48 bytes, a multiple of 16, rows not packed back to back
-TILE_ELEMENTS = 32 * ROW_STRIDE
 
 
-def _ldmatrix_kernel(count, trans):
-    name = f"ldmatrix_x{count}" + ("_trans" if trans else "")
-    load = getattr(mma, name)
+def _ldmatrix_kernel(load, count, dtype, row_stride, col):
+    """A one-warp kernel that stages src (32 rows of `row_stride` elements of `dtype`) in shared memory and
+    calls `load` with lane l pointing at column `col` of row rows[l]; out[l, m] = the lane's register m."""
+    elements = 32 * row_stride
 
     @cuda.jit
     def kernel(src, rows, out):
-        """Stage src (32 rows of ROW_STRIDE) in shared memory; lane l points at row rows[l]."""
-        tile = cuda.shared.array(TILE_ELEMENTS, dtype=np.uint16)
+        tile = cuda.shared.array(elements, dtype=dtype)
         lane = cuda.threadIdx.x
-        for k in range(lane, TILE_ELEMENTS, WARP):
+        for k in range(lane, elements, WARP):
             tile[k] = src[k]
         cuda.syncthreads()
-        r = load(tile, rows[lane] * ROW_STRIDE + 8)
+        r = load(tile, rows[lane] * row_stride + col)
         if count == 1:
             out[lane, 0] = r
         else:
@@ -208,7 +207,9 @@ def _ldmatrix_kernel(count, trans):
     return kernel
 
 
-LDMATRIX = {(count, trans): _ldmatrix_kernel(count, trans) for count in (1, 2, 4) for trans in (False, True)}
+LDMATRIX = {(count, trans): _ldmatrix_kernel(getattr(mma, f"ldmatrix_x{count}" + ("_trans" if trans else "")),
+                                             count, np.uint16, ROW_STRIDE, 8)
+            for count in (1, 2, 4) for trans in (False, True)}
 
 
 @pytest.mark.parametrize("count, trans", sorted(LDMATRIX))
@@ -233,30 +234,8 @@ def test_ldmatrix_fragments_match_the_layout(count, trans):
 
 
 ROW_STRIDE_32 = 12  # float32 elements per shared row: 48 bytes, as above
-TILE_ELEMENTS_32 = 32 * ROW_STRIDE_32
-
-
-def _ldmatrix_tf32_kernel(count):
-    load = getattr(mma, f"ldmatrix_x{count}_tf32")
-
-    @cuda.jit
-    def kernel(src, rows, out):
-        """Stage src (32 rows of ROW_STRIDE_32 floats) in shared memory; lane l points at row rows[l]."""
-        tile = cuda.shared.array(TILE_ELEMENTS_32, dtype=np.float32)
-        lane = cuda.threadIdx.x
-        for k in range(lane, TILE_ELEMENTS_32, WARP):
-            tile[k] = src[k]
-        cuda.syncthreads()
-        r = load(tile, rows[lane] * ROW_STRIDE_32 + 4)
-        if count == 1:
-            out[lane, 0] = r
-        else:
-            for m in range(count):
-                out[lane, m] = r[m]
-    return kernel
-
-
-LDMATRIX_TF32 = {count: _ldmatrix_tf32_kernel(count) for count in (1, 2, 4)}
+LDMATRIX_TF32 = {count: _ldmatrix_kernel(getattr(mma, f"ldmatrix_x{count}_tf32"), count, np.float32, ROW_STRIDE_32, 4)
+                 for count in (1, 2, 4)}
 
 
 @pytest.mark.parametrize("count", sorted(LDMATRIX_TF32))
@@ -304,18 +283,11 @@ def test_ldmatrix_tf32_names_a_misaligned_row():
     if not lib.SIMULATOR:
         pytest.skip("the simulator's message; the GPU faults instead")
     src = np.zeros(32 * ROW_STRIDE_32, np.float32)
-
-    @cuda.jit
-    def kernel(src, out):
-        tile = cuda.shared.array(TILE_ELEMENTS_32, dtype=np.float32)
-        lane = cuda.threadIdx.x
-        for k in range(lane, TILE_ELEMENTS_32, WARP):
-            tile[k] = src[k]
-        cuda.syncthreads()
-        out[lane] = mma.ldmatrix_x1_tf32(tile, lane * ROW_STRIDE_32 + 2)   # 8 bytes into a row
+    rows = np.arange(32, dtype=np.int32)
+    kernel = _ldmatrix_kernel(mma.ldmatrix_x1_tf32, 1, np.float32, ROW_STRIDE_32, 2)   # 8 bytes into a row
 
     with pytest.raises(Exception, match="not 16-byte aligned"):
-        kernel[1, WARP](src, cuda.to_device(np.zeros(WARP, np.float32)))
+        kernel[1, WARP](src, rows, cuda.to_device(np.zeros((WARP, 1), np.float32)))
 
 
 # --- cp.async ---------------------------------------------------------------------------------------------
@@ -438,15 +410,7 @@ def test_ceiling_kernel_sums_exactly(kind):
 def test_ldmatrix_names_a_misaligned_row():
     src = np.zeros(32 * ROW_STRIDE, np.uint16)
     rows = np.arange(32, dtype=np.int32)
-
-    @cuda.jit
-    def misaligned(src, rows, out):
-        tile = cuda.shared.array(TILE_ELEMENTS, dtype=np.uint16)
-        lane = cuda.threadIdx.x
-        for k in range(lane, TILE_ELEMENTS, WARP):
-            tile[k] = src[k]
-        cuda.syncthreads()
-        out[lane, 0] = mma.ldmatrix_x1(tile, rows[lane] * ROW_STRIDE + 4)   # 8 bytes into a row: misaligned
+    misaligned = _ldmatrix_kernel(mma.ldmatrix_x1, 1, np.uint16, ROW_STRIDE, 4)   # 8 bytes into a row
 
     with pytest.raises(Exception, match="16-byte"):
         misaligned[1, WARP](src, rows, np.zeros((WARP, 1), np.uint32))
