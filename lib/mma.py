@@ -434,7 +434,9 @@ def _gpu_intrinsics():
         itemsize = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
         return builder.add(base, builder.mul(index, ir.Constant(i32, itemsize)))
 
-    def mma(shape: str, ptx: str, n_a: int, n_b: int):
+    def mma(shape: str, ptx: str, n_a: int, n_b: int, prerounded: bool = False):
+        """One mma.sync shape; for TF32 each A/B operand is rounded with cvt.rna, or with `prerounded` passed
+        as its bits (the operands are TF32 values already)."""
         @intrinsic
         def mma_intrinsic(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
             operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
@@ -445,7 +447,10 @@ def _gpu_intrinsics():
 
             def codegen(context, builder, sig, args):
                 args = list(args)
-                if shape.endswith("tf32"):
+                if shape.endswith("tf32") and prerounded:
+                    ab = [builder.bitcast(context.cast(builder, v, t, types.float32), i32)
+                          for v, t in zip(args[:n_a + n_b], sig.args)]
+                elif shape.endswith("tf32"):
                     cvt = ir.FunctionType(i32, [f32])
                     ab = [builder.asm(cvt, "cvt.rna.tf32.f32 $0, $1;", "=r,f",
                                       [context.cast(builder, v, t, types.float32)], False, "tf32")
@@ -465,13 +470,16 @@ def _gpu_intrinsics():
             return types.UniTuple(types.float32, 4)(*operands), codegen
         return mma_intrinsic
 
-    def ldmatrix(count: int, trans: bool):
+    def ldmatrix(count: int, trans: bool, tf32: bool = False):
+        """ldmatrix on a 16-bit shared array (uint32 registers), or with `tf32` on a float32 one: the same
+        instruction, its 32-bit registers reinterpreted as float32 values."""
         ptx = f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16"
+        dtypes = (types.float32,) if tf32 else (types.uint16, types.int16, types.float16)
+        element = types.float32 if tf32 else types.uint32
 
         @intrinsic
         def ldmatrix_intrinsic(typingctx, smem, index):
-            if not (isinstance(smem, types.Array) and smem.dtype in (types.uint16, types.int16, types.float16)
-                    and isinstance(index, types.Integer)):
+            if not (isinstance(smem, types.Array) and smem.dtype in dtypes and isinstance(index, types.Integer)):
                 return None
 
             def codegen(context, builder, sig, args):
@@ -481,32 +489,13 @@ def _gpu_intrinsics():
                 ret = i32 if count == 1 else ir.LiteralStructType([i32] * count)
                 value = builder.asm(ir.FunctionType(ret, [i32]), text,
                                     ",".join(["=r"] * count + ["r", "~{memory}"]), [address], True, "ldmatrix")
-                if count == 1:
-                    return value
-                return context.make_tuple(builder, sig.return_type,
-                                          [builder.extract_value(value, k) for k in range(count)])
-            ret = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
+                words = [value] if count == 1 else [builder.extract_value(value, k) for k in range(count)]
+                if tf32:
+                    words = [builder.bitcast(w, f32) for w in words]
+                return words[0] if count == 1 else context.make_tuple(builder, sig.return_type, words)
+            ret = element if count == 1 else types.UniTuple(element, count)
             return ret(smem, index), codegen
         return ldmatrix_intrinsic
-
-    def mma_tf32_prerounded():
-        """mma.sync m16n8k8 TF32 on float32 operands that are TF32 values already: their bits, no cvt."""
-        @intrinsic
-        def mma_tf32_prerounded_intrinsic(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-            operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
-            if not all(isinstance(t, types.Float) for t in operands):
-                return None
-
-            def codegen(context, builder, sig, args):
-                values = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
-                ab = [builder.bitcast(v, i32) for v in values[:6]]
-                fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
-                d = builder.asm(fnty, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {$0,$1,$2,$3}, "
-                                "{$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                                ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4), ab + values[6:], False, "mma")
-                return context.make_tuple(builder, sig.return_type, [builder.extract_value(d, k) for k in range(4)])
-            return types.UniTuple(types.float32, 4)(*operands), codegen
-        return mma_tf32_prerounded_intrinsic
 
     @intrinsic
     def to_tf32(typingctx, x):
@@ -518,29 +507,6 @@ def _gpu_intrinsics():
                                [context.cast(builder, args[0], sig.args[0], types.float32)], False, "tf32")
             return builder.bitcast(bits, f32)
         return types.float32(x), codegen
-
-    def ldmatrix_tf32(count: int):
-        """The same ldmatrix on a float32 array: the 32-bit registers are reinterpreted as float32 values."""
-        ptx = f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16"
-
-        @intrinsic
-        def ldmatrix_tf32_intrinsic(typingctx, smem, index):
-            if not (isinstance(smem, types.Array) and smem.dtype == types.float32
-                    and isinstance(index, types.Integer)):
-                return None
-
-            def codegen(context, builder, sig, args):
-                address = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-                outs = ",".join(f"${k}" for k in range(count))
-                ret = i32 if count == 1 else ir.LiteralStructType([i32] * count)
-                value = builder.asm(ir.FunctionType(ret, [i32]), f"{ptx} {{{outs}}}, [${count}];",
-                                    ",".join(["=r"] * count + ["r", "~{memory}"]), [address], True, "ldmatrix")
-                words = [value] if count == 1 else [builder.extract_value(value, k) for k in range(count)]
-                floats = [builder.bitcast(w, f32) for w in words]
-                return floats[0] if count == 1 else context.make_tuple(builder, sig.return_type, floats)
-            ret = types.float32 if count == 1 else types.UniTuple(types.float32, count)
-            return ret(smem, index), codegen
-        return ldmatrix_tf32_intrinsic
 
     def cp_async(nbytes: int, cache: str):
         ptx = f"cp.async.{cache}.shared.global [$0], [$1], {nbytes};"
@@ -584,16 +550,18 @@ def _gpu_intrinsics():
             return context.get_dummy_value()
         return types.void(), codegen
 
+    tf32_ptx = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
     return dict(
-        mma_m16n8k8_tf32=mma("m16n8k8.tf32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 2),
-        mma_m16n8k8_tf32_prerounded=mma_tf32_prerounded(),
+        mma_m16n8k8_tf32=mma("m16n8k8.tf32", tf32_ptx, 4, 2),
+        mma_m16n8k8_tf32_prerounded=mma("m16n8k8.tf32", tf32_ptx, 4, 2, prerounded=True),
         to_tf32=to_tf32,
         mma_m16n8k16_f16=mma("m16n8k16.f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 2),
         mma_m16n8k16_bf16=mma("m16n8k16.bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 4, 2),
         ldmatrix_x1=ldmatrix(1, False), ldmatrix_x2=ldmatrix(2, False), ldmatrix_x4=ldmatrix(4, False),
         ldmatrix_x1_trans=ldmatrix(1, True), ldmatrix_x2_trans=ldmatrix(2, True),
         ldmatrix_x4_trans=ldmatrix(4, True),
-        ldmatrix_x1_tf32=ldmatrix_tf32(1), ldmatrix_x2_tf32=ldmatrix_tf32(2), ldmatrix_x4_tf32=ldmatrix_tf32(4),
+        ldmatrix_x1_tf32=ldmatrix(1, False, tf32=True), ldmatrix_x2_tf32=ldmatrix(2, False, tf32=True),
+        ldmatrix_x4_tf32=ldmatrix(4, False, tf32=True),
         cp_async_ca4=cp_async(4, "ca"), cp_async_ca8=cp_async(8, "ca"), cp_async_ca16=cp_async(16, "ca"),
         cp_async_cg16=cp_async(16, "cg"), cp_async_commit=cp_async_commit,
         cp_async_wait_group=cp_async_wait_group, cp_async_wait_all=cp_async_wait_all)
