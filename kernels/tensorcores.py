@@ -760,14 +760,27 @@ RUNG_CONFIGS = {
 TUNE_SPACE = [tiled_config(bm, bn, wm, wn, s, True) for bm, bn, wm, wn, s in [
     (128, 128, 64, 32, 3), (128, 128, 32, 64, 3), (128, 128, 64, 64, 3), (128, 64, 64, 32, 4),
     (64, 128, 32, 64, 4), (128, 256, 64, 64, 2)]] + [tiled_config(128, 128, 64, 32, 3, True, MAXREG=128)]
+# Per kind, the fastest configurations of the issue-19 exploration on the H200 (2026-12-01, 4096³): TF32 with
+# A through ldmatrix, B through 16-byte loads of interleaved n tiles, the lean copy index and inputs rounded
+# once by a pre-pass (119 TFLOP/s at 128 × 128 / 64 × 64, against 85 for the swizzle-only winner); FP16/BF16
+# with the lean copy index (324 TFLOP/s at 128 × 128 / 64 × 64, against 289).
+_ALL_TF32 = dict(A_LDMATRIX=True, B_INTERLEAVED=True, LEAN_INDEX=True, PREROUNDED=True)
+TUNE_EXTRA = {
+    "tf32": [tiled_config(bm, bn, wm, wn, s, True, **_ALL_TF32) for bm, bn, wm, wn, s in [
+        (128, 128, 64, 64, 3), (128, 256, 64, 64, 2), (128, 128, 32, 64, 3)]],
+    "f16": [tiled_config(bm, bn, wm, wn, s, True, LEAN_INDEX=True) for bm, bn, wm, wn, s in [
+        (128, 128, 64, 64, 3), (128, 128, 64, 32, 3)]],
+}
+TUNE_EXTRA["bf16"] = TUNE_EXTRA["f16"]
 TUNE_SIZE = 4096
 TUNE_CHECK_SIZE = (256, 256, 128)                       # every candidate is checked here before it is timed
 AUTOTUNE_FILE = lib.DATA / "results" / f"{CHAPTER}.autotune.csv"
 _SWEEP: dict = {}                                       # kind -> this process's sweep rows, once run
 
 
-def autotune(kind: str, size: int = TUNE_SIZE, space=TUNE_SPACE) -> list[dict]:
-    """Compile, check and time every configuration of `space` for `kind` at size³ on this GPU. A candidate
+def autotune(kind: str, size: int = TUNE_SIZE, space=None) -> list[dict]:
+    """Compile, check and time every configuration of `space` (TUNE_SPACE and the kind's TUNE_EXTRA if None)
+    for `kind` at size³ on this GPU. A candidate
     that fails its check at TUNE_CHECK_SIZE, or cannot compile or launch, gets no time. The fastest checked
     one has winner=True; the rows are kept for this process (the autotuned rung and record_extra share them)."""
     import math
@@ -777,6 +790,7 @@ def autotune(kind: str, size: int = TUNE_SIZE, space=TUNE_SPACE) -> list[dict]:
 
     if lib.SIMULATOR:
         raise RuntimeError("autotune needs a GPU: on the simulator nothing can be timed")
+    space = TUNE_SPACE + TUNE_EXTRA[kind] if space is None else space
     rng = np.random.default_rng(1)
     check_inputs = _inputs(kind)(TUNE_CHECK_SIZE, rng)
     expected = _reference(kind)(*check_inputs)

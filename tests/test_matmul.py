@@ -32,6 +32,7 @@ MULTI_BLOCK = {
     "matmul_autotuned": (33, 17, 45),
     "matmul_lean_kernel": (20, 36, 36),             # K, N % 4 == 0: float4 tiles then a ragged last tile
     "matmul_prefetch_kernel": (20, 36, 36),
+    "matmul_prefetch_tuned_kernel": (20, 260, 20),  # 2 column blocks of 256; K tiles of 8, the last ragged
 }
 
 
