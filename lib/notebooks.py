@@ -59,17 +59,27 @@ def execute(path: Path, timeout: int = 1200, kernel_name: str = "python3"):
     """Execute one notebook with its folder as working directory. Returns (executed notebook, seconds,
     error or None)."""
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read(path)
+    running = {}
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_start=lambda cell, cell_index: running.update(index=cell_index, cell=cell))
     t0 = time.perf_counter()
     try:
         client.execute()
         error = None
     except CellExecutionError as exc:
         error = exc
+    except DeadKernelError as exc:
+        # name the cell the kernel died in, and how it ended (-9: killed, e.g. out of host memory; -11: a crash)
+        process = getattr(getattr(client.km, "provisioner", None), "process", None) if client.km else None
+        code = process.poll() if process is not None else None
+        first = running.get("cell", {}).get("source", "").strip().splitlines()[:3]
+        status = "" if code is None else f" (exit status {code})"
+        error = RuntimeError(f"the kernel died in cell {running.get('index')}{status}:\n  "
+                             + "\n  ".join(first) + f"\n({exc})")
     return nb, time.perf_counter() - t0, error
 
 

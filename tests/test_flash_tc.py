@@ -52,22 +52,38 @@ def test_unmasked_kernel_fails_the_causal_check():
 
 
 def test_wrong_probability_fragment_fails(monkeypatch):
-    """P's halves swapped in each register (keys 2t and 2t + 1 exchanged): a plausible layout slip."""
+    """P's halves swapped in each register (keys 2t and 2t + 1 exchanged): a plausible layout slip. The mutant
+    is a device function around the real pack (the PTX intrinsic on a GPU, its twin on the simulator)."""
     twin = F.pack_f16x2
-    monkeypatch.setattr(F, "pack_f16x2", lambda lo, hi: twin(hi, lo))
+
+    @cuda.jit(device=True)
+    def swapped(lo, hi):
+        return twin(hi, lo)
+
+    monkeypatch.setattr(F, "pack_f16x2", swapped)
     monkeypatch.setattr(F, "_KERNELS", {})
     q, k, v = inputs("fp16", 1, 64, 64, seed=4)
     bad = mismatch("fp16", run("fp16", q, k, v), q, k, v)
     assert bad is not None and bad.n_wrong > q.size // 4, "swapped probabilities must be caught"
 
 
-def test_pack_twin_rounds_to_nearest_even():
-    bits = int(F.pack_f16x2(1.0, -2.0))
-    assert bits & 0xFFFF == np.float16(1.0).view(np.uint16) and bits >> 16 == np.float16(-2.0).view(np.uint16)
-    # 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0); 1 + 3·2^-9 rounds up
-    bits = int(F.pack_bf16x2(1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -9))
-    assert mma.bf16_values(np.uint16(bits & 0xFFFF)) == 1.0
-    assert mma.bf16_values(np.uint16(bits >> 16)) == 1.0 + 2.0 ** -7
+@cuda.jit
+def _pack_both(lo, hi, out):
+    if cuda.grid(1) == 0:
+        out[0] = F.pack_f16x2(lo[0], hi[0])
+        out[1] = F.pack_bf16x2(lo[1], hi[1])
+
+
+def test_pack_rounds_to_nearest_even():
+    """In a kernel, so the same test checks the PTX cvt.rn on a GPU and the twin on the simulator."""
+    lo = np.array([1.0, 1.0 + 2.0 ** -8], np.float32)     # bf16: halfway between two values: ties to even (1.0)
+    hi = np.array([-2.0, 1.0 + 3 * 2.0 ** -9], np.float32)  # bf16: rounds up to 1 + 2^-7
+    out = cuda.to_device(np.zeros(2, np.uint32))
+    _pack_both[1, 32](cuda.to_device(lo), cuda.to_device(hi), out)
+    f16, bf16 = (int(x) for x in out.copy_to_host())
+    assert f16 & 0xFFFF == np.float16(1.0).view(np.uint16) and f16 >> 16 == np.float16(-2.0).view(np.uint16)
+    assert mma.bf16_values(np.uint16(bf16 & 0xFFFF)) == 1.0
+    assert mma.bf16_values(np.uint16(bf16 >> 16)) == 1.0 + 2.0 ** -7
 
 
 def test_tolerance_follows_the_probability_format():

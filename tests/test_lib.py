@@ -287,3 +287,16 @@ def test_forcing_the_simulator_is_respected():
     out = subprocess.run([sys.executable, "-c", "import lib; print(lib.SIMULATOR)"], capture_output=True,
                          text=True, env=env, cwd=lib.ROOT, check=True).stdout.split()
     assert out[-1] == "True"
+
+
+def test_notebook_runner_names_the_cell_a_kernel_died_in(tmp_path):
+    """lib.notebooks: a kernel that dies mid-notebook is reported with the cell it died in (an H200 run of a
+    chapter once ended with nothing but nbclient's "Kernel died")."""
+    from lib.notebooks import execute
+
+    page = tmp_path / "dies.md"
+    page.write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+                    "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n# t\n\n"
+                    "```{code-cell} ipython3\nx = 1\n```\n\n```{code-cell} ipython3\nimport os\nos._exit(3)\n```\n")
+    _, _, error = execute(page, timeout=60)
+    assert error is not None and "died in cell 2" in str(error) and "os._exit(3)" in str(error)

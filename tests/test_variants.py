@@ -169,8 +169,9 @@ def test_variant_is_wrong_modelled_and_named(ex_id, name):
     assert not result.passed, f"{name} passed: it is not wrong on these inputs"
     assert "wrong" in result.message
     assert _check_model(ex_id, variant, case, execution) >= 1
-    assert result.mistake == name, f"{name}: the grader named {result.mistake!r} ({result.hint})"
-    assert result.hint == variant.mistake
+    # named as itself: alone, or beside the variants that give the same output on these inputs
+    assert name in result.mistake.split(" or "), f"{name}: the grader named {result.mistake!r} ({result.hint})"
+    assert result.hint == variant.mistake or (" or " in result.mistake and variant.mistake in result.hint)
 
 
 # --- the book's solutions, on the same inputs (simulator) or through grade() (GPU) --------------------------------
@@ -262,6 +263,8 @@ def test_variant_fails_on_the_gpu(ex_id, name):
         #         racing sum once equalled the last block's partial, "each block stores into out[0]")
     # named as itself, or not at all (an order the GPU does not keep); never as another mistake, unless the two
     # give the same output at that size
-    assert named <= {name} | COINCIDE.get((ex_id, name), set()), f"{name} was named {named}"
+    # (a case whose inputs fit several mistakes names them all: "A or B")
+    assert all(name in m.split(" or ") or m in COINCIDE.get((ex_id, name), set()) for m in named), \
+        f"{name} was named {named}"
     if (ex_id, name) not in SIMULATOR_ONLY_MODELS:
-        assert name in named, f"{name} was not named:\n{report}"
+        assert any(name in m.split(" or ") for m in named), f"{name} was not named:\n{report}"

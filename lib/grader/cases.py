@@ -540,12 +540,16 @@ def fixed_launches(runs) -> list[dict]:
 
 
 def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
-    """(name, sentence) of the first known-wrong variant whose output the student's equals, else None.
+    """(name, sentence) of the known-wrong variant whose output the student's equals, else None.
 
     A model is asked for each fill the output had (NaN, then SENTINEL when there was a second run), with
     ``fill=`` when it takes one. It matches when, for every fill it can model, its output equals the
-    student's, and it differs from the reference (a variant that is right on these inputs tells nothing)."""
+    student's, and it differs from the reference (a variant that is right on these inputs tells nothing).
+    When two or more variants match, these inputs cannot tell those mistakes apart (e.g. a ReLU applied
+    before the bias and no ReLU at all, where every dot product is positive): the case names them all,
+    "A or B", with each one's sentence; a case whose inputs separate them names one."""
     scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
+    matches = []
     for v in variants(ex.id):
         verdicts = []
         for fill, actual in zip(execution.fills, execution.outputs):
@@ -563,5 +567,9 @@ def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
                 continue
             verdicts.append(compare(actual, model, tol.rtol, tol.atol, scale) is None)
         if verdicts and all(verdicts):
-            return v.name, v.mistake
-    return None
+            matches.append((v.name, v.mistake))
+    if len(matches) <= 1:
+        return matches[0] if matches else None
+    return (" or ".join(name for name, _ in matches),
+            f"{len(matches)} known mistakes give this output on these inputs: "
+            + "; or ".join(f"{name} ({sentence})" for name, sentence in matches))

@@ -305,12 +305,16 @@ def segmented_walk(x, flags, out, reset, head_after):
 
 @cuda.jit(device=True)
 def _reaches_tile_start(flags, i, reset, head_after):
-    """True when element i's segment began before its tile (no head between the tile's start and i)."""
+    """True when element i's segment began before its tile (no head between the tile's start and i). With
+    `head_after` element j is a head when flags[j - 1] is set, so the tile's first element can be one."""
     if not reset:
         return True
     start = i - i % TILE
     for j in range(start, i + 1):
-        if (flags[j] != 0 and not head_after) or (head_after and j < i and flags[j] != 0):
+        if head_after:
+            if j > 0 and flags[j - 1] != 0:
+                return False
+        elif flags[j] != 0:
             return False
     return True
 
