@@ -7,6 +7,8 @@ the chapters end to end, and by the tests.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -55,6 +57,20 @@ def read(path: Path):
     return jupytext.read(path)
 
 
+RUNNING: dict = {}  # the notebook and cell being executed (for the messages when a kernel dies or we are stopped)
+
+
+def running_cell() -> str:
+    first = RUNNING.get("cell", {}).get("source", "").strip().splitlines()[:3]
+    return f"cell {RUNNING.get('index')} of {RUNNING.get('path')}:\n  " + "\n  ".join(first) + "\n"
+
+
+def _stopped(signum, frame):
+    """SIGTERM (e.g. from `timeout`, which signals the kernel too): say where, then stop."""
+    print(f"stopped by signal {signum} in {running_cell()}", flush=True)
+    os._exit(128 + signum)
+
+
 def execute(path: Path, timeout: int = 1200, kernel_name: str = "python3"):
     """Execute one notebook with its folder as working directory. Returns (executed notebook, seconds,
     error or None)."""
@@ -62,24 +78,19 @@ def execute(path: Path, timeout: int = 1200, kernel_name: str = "python3"):
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = read(path)
-    running = {}
+    RUNNING.clear()
+    RUNNING["path"] = path
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
                             resources={"metadata": {"path": str(path.parent)}},
-                            on_cell_start=lambda cell, cell_index: running.update(index=cell_index, cell=cell))
+                            on_cell_start=lambda cell, cell_index: RUNNING.update(index=cell_index, cell=cell))
     t0 = time.perf_counter()
     try:
         client.execute()
         error = None
     except CellExecutionError as exc:
         error = exc
-    except DeadKernelError as exc:
-        # name the cell the kernel died in, and how it ended (-9: killed, e.g. out of host memory; -11: a crash)
-        process = getattr(getattr(client.km, "provisioner", None), "process", None) if client.km else None
-        code = process.poll() if process is not None else None
-        first = running.get("cell", {}).get("source", "").strip().splitlines()[:3]
-        status = "" if code is None else f" (exit status {code})"
-        error = RuntimeError(f"the kernel died in cell {running.get('index')}{status}:\n  "
-                             + "\n  ".join(first) + f"\n({exc})")
+    except (DeadKernelError, AssertionError) as exc:  # nbclient's cleanup of a dead kernel may assert instead
+        error = RuntimeError(f"the kernel died in {running_cell()} ({type(exc).__name__}: {exc})")
     return nb, time.perf_counter() - t0, error
 
 
@@ -89,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
     parser.add_argument("--save", type=Path, default=None, help="folder for the executed .ipynb files")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stopped)
     paths = args.paths or toc_chapters()
     failed = 0
     for path in paths:
