@@ -558,53 +558,78 @@ REGS_CONFIGS = {                        # head dim -> a thread's query rows (TM)
 LOG2E = 1.4426950408889634
 
 
-def regs_shape(head_dim: int, TM: int, TN: int) -> dict:
+def regs_shape(head_dim: int, TM: int, TN: int, LANES: int = REGS_LANES, THREADS: int = REGS_THREADS,
+               P_OVER_K: bool = False, QK_UNROLL: int | None = None, PV_UNROLL: int | None = None) -> dict:
     """Derived sizes of the register-blocked kernel for one head dimension (checked invariants).
 
-    A thread's rows are 4g .. 4g+3, 4g+64 .. (g its row group), its keys and its output dimensions
-    4·lane .. 4·lane+3, 4·lane+32 ..: every group of four is one 16-byte shared load."""
-    groups = REGS_THREADS // REGS_LANES
-    br, bc = groups * TM, REGS_LANES * TN
+    A thread's rows are 4g .. 4g+3, 4g+4·GROUPS .. (g its row group), its keys and its output dimensions
+    4·lane .. 4·lane+3, 4·lane+4·LANES ..: every group of four is one 16-byte shared load. LANES threads
+    (8 or 16, one warp's worth at most) share a row group; P_OVER_K puts the probability tile where the key
+    tile was (one barrier more per tile, less shared memory). QK_UNROLL and PV_UNROLL are the steps of the
+    two inner loops per trip (default: 64-128 FMAs per trip; LLVM leaves longer unrolls half done)."""
+    if LANES not in (8, 16) or THREADS % 32 or THREADS % LANES or not 32 <= THREADS <= 1024:
+        raise ValueError(f"regs_shape: LANES must be 8 or 16 and THREADS a multiple of 32 (at most 1024), "
+                         f"got LANES={LANES}, THREADS={THREADS}")
+    groups = THREADS // LANES
+    br, bc = groups * TM, LANES * TN
     rw, kw = br + PAD, bc + PAD                        # padded shared rows (floats) of q_t / p_t and k_t
-    cfg = dict(D=head_dim, TM=TM, TN=TN, BR=br, BC=bc, GROUPS=groups, DIMS=head_dim // REGS_LANES,
-               RW=rw, KW=kw, Q_T=0, K_T=head_dim * rw)
-    cfg["V_S"] = cfg["K_T"] + head_dim * kw
-    cfg["P_T"] = cfg["V_S"] + bc * head_dim
-    cfg["smem_bytes"] = 4 * (cfg["P_T"] + bc * rw)
-    cfg["Q_LOADS"] = br * head_dim // (4 * REGS_THREADS)   # float4 loads per thread: q tile, k (and v) tile
-    cfg["KV_LOADS"] = bc * head_dim // (4 * REGS_THREADS)
-    assert TM % 4 == 0 and TN % 4 == 0 and head_dim % (4 * REGS_LANES) == 0, cfg
-    assert cfg["Q_LOADS"] * 4 * REGS_THREADS == br * head_dim and cfg["Q_LOADS"] % 4 == 0, cfg
-    assert cfg["KV_LOADS"] * 4 * REGS_THREADS == bc * head_dim, cfg
+    dims = head_dim // LANES
+    cfg = dict(D=head_dim, TM=TM, TN=TN, LANES=LANES, THREADS=THREADS, P_OVER_K=P_OVER_K,
+               QK_UNROLL=max(1, min(4, 128 // (TM * TN))) if QK_UNROLL is None else QK_UNROLL,
+               PV_UNROLL=max(1, min(4, 128 // (TM * dims))) if PV_UNROLL is None else PV_UNROLL,
+               BR=br, BC=bc, GROUPS=groups, DIMS=dims, RW=rw, KW=kw, Q_T=0, K_T=head_dim * rw)
+    if P_OVER_K:                                       # p_t reuses k_t's space: the larger of the two
+        cfg["P_T"] = cfg["K_T"]
+        cfg["V_S"] = cfg["K_T"] + max(head_dim * kw, bc * rw)
+        cfg["smem_bytes"] = 4 * (cfg["V_S"] + bc * head_dim)
+    else:
+        cfg["V_S"] = cfg["K_T"] + head_dim * kw
+        cfg["P_T"] = cfg["V_S"] + bc * head_dim
+        cfg["smem_bytes"] = 4 * (cfg["P_T"] + bc * rw)
+    cfg["Q_LOADS"] = br * head_dim // (4 * THREADS)   # float4 loads per thread: q tile, k (and v) tile
+    cfg["KV_LOADS"] = bc * head_dim // (4 * THREADS)
+    assert TM % 4 == 0 and TN % 4 == 0 and head_dim % (4 * LANES) == 0, cfg
+    assert cfg["Q_LOADS"] * 4 * THREADS == br * head_dim and cfg["Q_LOADS"] % 4 == 0, cfg
+    assert cfg["KV_LOADS"] * 4 * THREADS == bc * head_dim, cfg
+    assert cfg["QK_UNROLL"] >= 1 and head_dim % cfg["QK_UNROLL"] == 0, cfg
+    assert cfg["PV_UNROLL"] >= 1 and bc % cfg["PV_UNROLL"] == 0, cfg
     return cfg
 
 
 _REGS_KERNELS: dict = {}
 
 
-def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = False, TM=None, TN=None):
+def regs_options(head_dim: int, **overrides) -> dict:
+    """REGS_CONFIGS[head_dim] with the overrides that are not None: the keyword arguments of regs_shape."""
+    if head_dim not in REGS_CONFIGS:
+        raise ValueError(f"register-blocked kernel: head dimension {head_dim} is not configured; "
+                         f"REGS_CONFIGS has {tuple(REGS_CONFIGS)}")
+    return {**REGS_CONFIGS[head_dim], **{k: v for k, v in overrides.items() if v is not None}}
+
+
+def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = False, TM=None, TN=None,
+                           LANES=None, THREADS=None, P_OVER_K=None, QK_UNROLL=None, PV_UNROLL=None):
     """Build (once per configuration) the register-blocked fused kernel: flash_wide_kernel's algorithm with
     each per-thread loop short and over compile-time ranges, so that LLVM unrolls every one of them and
-    each local array becomes registers; heavy_first (causal) launches the longest query blocks first."""
-    TM = REGS_CONFIGS[head_dim]["TM"] if TM is None else TM
-    TN = REGS_CONFIGS[head_dim]["TN"] if TN is None else TN
-    key = (head_dim, causal, heavy_first, TM, TN)
+    each local array becomes registers; heavy_first (causal) launches the longest query blocks first.
+    TM, TN, LANES, THREADS, P_OVER_K, QK_UNROLL, PV_UNROLL (regs_shape's) override REGS_CONFIGS[head_dim]
+    where given."""
+    options = regs_options(head_dim, TM=TM, TN=TN, LANES=LANES, THREADS=THREADS, P_OVER_K=P_OVER_K,
+                           QK_UNROLL=QK_UNROLL, PV_UNROLL=PV_UNROLL)
+    key = (head_dim, causal, heavy_first, tuple(sorted(options.items())))
     if key in _REGS_KERNELS:
         return _REGS_KERNELS[key]
-    cfg = regs_shape(head_dim, TM, TN)
+    cfg = regs_shape(head_dim, **options)
     D, BR, BC, DIMS, GROUPS = cfg["D"], cfg["BR"], cfg["BC"], cfg["DIMS"], cfg["GROUPS"]
     RW, KW, Q_T, K_T, V_S, P_T = (cfg[x] for x in ("RW", "KW", "Q_T", "K_T", "V_S", "P_T"))
     Q_LOADS, KV_LOADS = cfg["Q_LOADS"], cfg["KV_LOADS"]
-    THREADS, LANES = REGS_THREADS, REGS_LANES
+    THREADS, LANES, TM, TN, P_OVER_K = cfg["THREADS"], cfg["LANES"], cfg["TM"], cfg["TN"], cfg["P_OVER_K"]
     ROW_STEP = 4 * GROUPS                      # rows 4g..4g+3 of each quarter of the tile
     RW4, KW4 = RW // 4, KW // 4                # shared offsets in float4 units (all multiples of 4)
     Q_T4, K_T4, V_S4, P_T4 = Q_T // 4, K_T // 4, V_S // 4, P_T // 4
     D4 = D // 4                                # float4 per row of q, k, v
     QBATCH = 4                                 # q loads in flight before their shared stores
-    QK_UNROLL = min(4, 128 // (TM * TN))       # steps per loop trip: 64-128 FMAs between two branches (LLVM
-                                               # leaves longer unrolls half done)
-    PV_UNROLL = min(4, 128 // (TM * DIMS))
-    assert D % QK_UNROLL == 0 and BC % PV_UNROLL == 0
+    QK_UNROLL, PV_UNROLL = cfg["QK_UNROLL"], cfg["PV_UNROLL"]   # steps per trip of the two inner loops
     SCALE = float32(LOG2E / math.sqrt(head_dim))   # scores in base 2: exp(x) = exp2(x·log2 e)
     CAUSAL, HEAVY_FIRST = causal, heavy_first
 
@@ -614,7 +639,8 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
         grid column, BR query rows per block, key tiles of BC, the online softmax of
         flash_attention_kernel in base 2 (q is pre-scaled by log2(e)/sqrt(D), so exp is one exp2).
 
-        Thread t is lane t % 8 of row group g = t // 8 and holds TM × TN scores and TM × DIMS outputs,
+        Thread t is lane t % LANES of row group g = t // LANES (8 lanes by default; 16 halve DIMS, and
+        the shuffle butterfly takes one round more) and holds TM × TN scores and TM × DIMS outputs,
         every one at an index known at compile time: each per-row step of the softmax (mask, maximum,
         shuffles, rescale, exponentials, the p store) is its own short loop over constant ranges, so all
         of them unroll and s, o, m, l stay in registers (the wide kernel's one long per-row loop did not
@@ -623,8 +649,9 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
         Memory: q once, out once, k and v once per query block (causal: the tiles at or left of the
         diagonal); all of a thread's float4 loads of a k/v tile are issued before the first shared
         store. Shared: the query and probability reads broadcast within a row group, key and value
-        reads are 8 lanes x 16 contiguous bytes; the transposed stores of q and k have bank conflicts,
-        once per tile. One dynamic buffer of smem_bytes (opt-in above 48 KB).
+        reads are LANES x 16 contiguous bytes; the transposed stores of q and k have bank conflicts,
+        once per tile. One dynamic buffer of smem_bytes (opt-in above 48 KB); with P_OVER_K the p tile
+        takes the k tile's place, after a barrier that waits for every thread's scores.
         Launch: THREADS threads, grid (heads, ceil(m / BR)), smem_bytes of dynamic shared memory. The
         query block is blockIdx.y (heavy_first: counted from the last, so that with the causal mask
         the blocks with the most key tiles start first). Any m and n >= 1 (causal: m == n).
@@ -719,7 +746,9 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 row_max[r] = s[r, 0]
                 for x in range(1, TN):
                     row_max[r] = max(row_max[r], s[r, x])
-            for r in range(TM):                              # the row group's (8 lanes of one warp)
+            for r in range(TM):                              # the row group's (LANES lanes of one warp)
+                if LANES == 16:
+                    row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 8))
                 row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 4))
                 row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 2))
                 row_max[r] = max(row_max[r], cuda.shfl_xor_sync(FULL_MASK, row_max[r], 1))
@@ -735,6 +764,8 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 for x in range(TN):
                     s[r, x] = math.exp2(s[r, x] - m_run[r])
                     l_run[r] += s[r, x]
+            if P_OVER_K:                                     # p_t overwrites k_t: every score is done
+                cuda.syncthreads()
             for rr in range(TM // 4):                        # p_t[key, row]: 4 rows in one 16-byte store
                 for x in range(TN):
                     store_float4(smem, p4 + (4 * LANES * (x // 4) + x % 4) * RW4 + GROUPS * rr,
@@ -754,6 +785,8 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                             o[r, y] += a_frag[r] * v_frag[y]
             cuda.syncthreads()                               # k_t, v_s, p_t are free for the next tile
         for r in range(TM):                                  # the row group's sum, then o / l
+            if LANES == 16:
+                l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 8)
             l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 4)
             l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 2)
             l_run[r] += cuda.shfl_xor_sync(FULL_MASK, l_run[r], 1)
@@ -768,18 +801,21 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
     return _REGS_KERNELS[key]
 
 
-def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool = False, TM=None, TN=None):
-    """Path 2, register-blocked (d = 64 or 128): flash_regs_kernel on 2-D views of q, k, v and out."""
+def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool = False, TM=None, TN=None,
+                         LANES=None, THREADS=None, P_OVER_K=None, QK_UNROLL=None, PV_UNROLL=None):
+    """Path 2, register-blocked (d = 64 or 128): flash_regs_kernel on 2-D views of q, k, v and out; the
+    keyword options override REGS_CONFIGS (make_flash_regs_kernel)."""
     where = "flash_attention_regs_causal" if causal else "flash_attention_regs"
     heads, m, n, d = _check_qkv(q, k, v, out, where, tuple(REGS_CONFIGS))
     if causal and m != n:
         raise ValueError(f"{where}: the causal mask here needs as many queries as keys (m = {m}, n = {n})")
     if heads == 0 or m == 0:
         return
-    kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, TM, TN)
+    kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, TM, TN, LANES, THREADS, P_OVER_K, QK_UNROLL,
+                                         PV_UNROLL)
     args = (q.reshape(heads * m, d), k.reshape(heads * n, d), v.reshape(heads * n, d), out.reshape(heads * m, d))
     allow_dynamic_shared(kernel, args, cfg["smem_bytes"])
-    kernel[(heads, _cdiv(m, cfg["BR"])), REGS_THREADS, 0, cfg["smem_bytes"]](*args)
+    kernel[(heads, _cdiv(m, cfg["BR"])), cfg["THREADS"], 0, cfg["smem_bytes"]](*args)
 
 
 def flash_attention_regs_causal(q, k, v, out):

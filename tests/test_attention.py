@@ -83,6 +83,30 @@ def test_regs_configurations(d):
     assert A.dynamic_shared_bytes(f"flash_attention_regs d={d}") == shape["smem_bytes"]
 
 
+@pytest.mark.parametrize("size, causal, m, options", [
+    ((1, 70, 64), True, None, dict(TM=8, TN=4, LANES=16, THREADS=256, P_OVER_K=True, QK_UNROLL=2, PV_UNROLL=1)),
+    ((1, 37, 128), False, 9, dict(TM=4, TN=8, P_OVER_K=True)),
+])
+def test_regs_kernel_options(size, causal, m, options):
+    """The optional tile shapes: 16 lanes a row group (a fourth shuffle round), 256 threads, p_t written over
+    k_t (one barrier more), other unrolls; one query block, a partial key tile, the mask or m < n."""
+    q, k, v = inputs(*size, seed=13, m=m)
+    got = run(lambda *a: A.flash_attention_regs(*a, causal=causal, **options), q, k, v)
+    assert_attention(got, q, k, v, causal=causal)
+
+
+def test_regs_shape_options():
+    plain, shared = A.regs_shape(128, 4, 8), A.regs_shape(128, 4, 8, P_OVER_K=True)
+    assert shared["P_T"] == shared["K_T"] and shared["V_S"] - shared["K_T"] >= shared["BC"] * shared["RW"]
+    assert shared["smem_bytes"] == plain["smem_bytes"] - 4 * plain["BC"] * plain["RW"]
+    wide = A.regs_shape(128, 8, 4, LANES=16, THREADS=256)
+    assert (wide["BR"], wide["BC"], wide["DIMS"], wide["GROUPS"]) == (128, 64, 8, 16)
+    with pytest.raises(ValueError, match="LANES must be 8 or 16"):
+        A.regs_shape(128, 4, 4, LANES=4)
+    with pytest.raises(ValueError, match="head dimension 96"):
+        A.make_flash_regs_kernel(96, False)
+
+
 def test_path1_steps_add_up_to_the_napkin_counts():
     heads, n, d = 2, 24, 64
     q, k, v = (cuda.to_device(x) for x in inputs(heads, n, d))
