@@ -211,9 +211,10 @@ def caption(recorded) -> str:
 
 
 def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, ax=None,
-         folder: Path = RESULTS, title: str | None = None):
+         folder: Path = RESULTS, title: str | None = None, drop: tuple[str, ...] = ()):
     """A horizontal bar per kernel at one size (the largest recorded if not given), recorded and live side
-    by side, labelled with the device and date it was recorded on."""
+    by side, labelled with the device and date it was recorded on; `drop`: kernels left out (a row on
+    another scale that would flatten the others)."""
     import matplotlib.pyplot as plt
 
     df = table(chapter, live, folder=folder)
@@ -221,7 +222,7 @@ def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, 
         raise ValueError(f"nothing recorded for chapter {chapter!r} yet: run `make record` on a GPU")
     if size is None:
         size = max(df["size"], key=lambda s: (len(s), s))
-    df = df[df["size"] == str(size)]
+    df = df[(df["size"] == str(size)) & ~df["kernel"].isin(drop)]
     unit = df["unit"].iloc[0]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.45 * len(df) + 1.2))
@@ -239,7 +240,11 @@ def plot(chapter: str, live: list[dict] | None = None, size: str | None = None, 
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_title(title or f"{chapter}: size {size}")
-    ax.legend(loc="lower right", fontsize="small", title="recorded on" if sources == ["recorded"] else None)
+    # below the axis label, not over the longest bars (which end at the right, where a legend would sit)
+    from matplotlib.transforms import ScaledTranslation
+    below = ax.transAxes + ScaledTranslation(0, -0.5, ax.figure.dpi_scale_trans)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize="small", frameon=False,
+              title="recorded on" if sources == ["recorded"] else None)
     ax.figure.tight_layout()
     return ax
 

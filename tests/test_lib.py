@@ -229,6 +229,12 @@ def test_live_rows_sit_beside_recorded_ones_in_table_and_plot(tmp_path):
     assert ax.get_xlabel() == "GB/s"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("Test GPU, 2026-11-30" in s for s in labels) and any("Reader GPU" in s for s in labels)
+    other, t_other = _row("copy_other_kernel", 1.0)
+    results.write("demo", [r, other], {"copy_kernel|1024|float32": list(t.samples_ms),
+                                       "copy_other_kernel|1024|float32": list(t_other.samples_ms)}, folder=tmp_path)
+    shown = lambda ax: [t.get_text() for t in ax.get_yticklabels()]  # noqa: E731
+    assert shown(results.plot("demo", folder=tmp_path)) == ["copy_kernel", "copy_other_kernel"]
+    assert shown(results.plot("demo", folder=tmp_path, drop=("copy_other_kernel",))) == ["copy_kernel"]
 
 
 def test_missing_chapter_loads_empty():
