@@ -184,6 +184,7 @@ class Planner:
         self.planned: list[tuple] = []
         self.notes: list[str] = []
         self._steps = 0
+        self._forced = False
 
     def __iter__(self):
         return self
@@ -221,6 +222,16 @@ class Planner:
                 self._steps += 1
                 return bigger
             factor = factor / 1.5
+        # Out of budget (a slow machine, a slow kernel). If no size checked so far reaches past a launch that
+        # stayed the same at every size, or spans two blocks, the checks could not tell a launch that ignores
+        # the size from a right one: that one size is checked whatever it costs (the time limit still holds).
+        decisive = self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1)
+        if decisive is not None and not self._forced:
+            self._forced = True
+            self._steps += 1
+            self.notes.append(f"one size was checked past the {self.budget_s:.0f} s budget of a check here: the "
+                              "smallest that reaches past your launch")
+            return self.ex.grow(size, decisive)
         self.notes.append(f"larger sizes were not checked: the next one would take more than the "
                           f"{self.budget_s:.0f} s budget of a check here")
         return None
@@ -231,19 +242,22 @@ class Planner:
         bigger = self.ex.grow(size, 2.0)
         return math.prod(s for s, b in zip(size, bigger) if b > s) or 1
 
-    def _factor(self, size, launches):
-        """How much larger the next size must be, or None when the checks already span enough."""
+    def _factor(self, size, launches, blocks: int = MIN_BLOCKS, fixed_multiple: float = MIN_BLOCKS,
+                margin: float = 2.0):
+        """How much larger the next size must be, or None when the checks already span enough: `blocks` blocks
+        of the widest launch (aiming at `margin` times that), and `fixed_multiple` times the threads of a
+        launch that stayed the same."""
         units = self._units(size)
         widest = max(launches, key=lambda r: math.prod(r["grid"]))
-        blocks = math.prod(widest["grid"])
+        have = math.prod(widest["grid"])
         factor = 1.0
-        if blocks < MIN_BLOCKS:
-            factor = max(factor, 2.0 * MIN_BLOCKS / max(blocks, 1))
+        if have < blocks:
+            factor = max(factor, margin * blocks / max(have, 1))
         fixed = self.fixed_launches()
         growing = [r for r in launches if _config(r) not in {_config(f) for f in fixed}]
         per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
         for r in fixed:
-            need = max(MIN_BLOCKS * launch_threads(r), 1.1 * launch_threads(r) * per_block if growing else 0)
+            need = max(fixed_multiple * launch_threads(r), 1.1 * launch_threads(r) * per_block if growing else 0)
             if units < need:
                 factor = max(factor, need / units)
         if factor <= 1.0:
