@@ -225,7 +225,8 @@ class Planner:
         # Out of budget (a slow machine, a slow kernel). If no size checked so far reaches past a launch that
         # stayed the same at every size, or spans two blocks, the checks could not tell a launch that ignores
         # the size from a right one: that one size is checked whatever it costs (the time limit still holds).
-        decisive = self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1)
+        # (only the launch's own coverage: not the one-block-second-pass rule, whose sizes can be huge)
+        decisive = self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1, partials=False)
         if decisive is not None and not self._forced:
             self._forced = True
             self._steps += 1
@@ -243,7 +244,7 @@ class Planner:
         return math.prod(s for s, b in zip(size, bigger) if b > s) or 1
 
     def _factor(self, size, launches, blocks: int = MIN_BLOCKS, fixed_multiple: float = MIN_BLOCKS,
-                margin: float = 2.0):
+                margin: float = 2.0, partials: bool = True):
         """How much larger the next size must be, or None when the checks already span enough: `blocks` blocks
         of the widest launch (aiming at `margin` times that), and `fixed_multiple` times the threads of a
         launch that stayed the same."""
@@ -257,7 +258,8 @@ class Planner:
         growing = [r for r in launches if _config(r) not in {_config(f) for f in fixed}]
         per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
         for r in fixed:
-            need = max(fixed_multiple * launch_threads(r), 1.1 * launch_threads(r) * per_block if growing else 0)
+            need = max(fixed_multiple * launch_threads(r),
+                       1.1 * launch_threads(r) * per_block if growing and partials else 0)
             if units < need:
                 factor = max(factor, need / units)
         if factor <= 1.0:
