@@ -801,18 +801,16 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
     return _REGS_KERNELS[key]
 
 
-def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool = False, TM=None, TN=None,
-                         LANES=None, THREADS=None, P_OVER_K=None, QK_UNROLL=None, PV_UNROLL=None):
-    """Path 2, register-blocked (d = 64 or 128): flash_regs_kernel on 2-D views of q, k, v and out; the
-    keyword options override REGS_CONFIGS (make_flash_regs_kernel)."""
+def flash_attention_regs(q, k, v, out, causal: bool = False, heavy_first: bool = False, **options):
+    """Path 2, register-blocked (d = 64 or 128): flash_regs_kernel on 2-D views of q, k, v and out; `options`
+    (TM, TN, LANES, THREADS, P_OVER_K, QK_UNROLL, PV_UNROLL) override REGS_CONFIGS (make_flash_regs_kernel)."""
     where = "flash_attention_regs_causal" if causal else "flash_attention_regs"
     heads, m, n, d = _check_qkv(q, k, v, out, where, tuple(REGS_CONFIGS))
     if causal and m != n:
         raise ValueError(f"{where}: the causal mask here needs as many queries as keys (m = {m}, n = {n})")
     if heads == 0 or m == 0:
         return
-    kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, TM, TN, LANES, THREADS, P_OVER_K, QK_UNROLL,
-                                         PV_UNROLL)
+    kernel, cfg = make_flash_regs_kernel(d, causal, heavy_first, **options)
     args = (q.reshape(heads * m, d), k.reshape(heads * n, d), v.reshape(heads * n, d), out.reshape(heads * m, d))
     allow_dynamic_shared(kernel, args, cfg["smem_bytes"])
     kernel[(heads, _cdiv(m, cfg["BR"])), cfg["THREADS"], 0, cfg["smem_bytes"]](*args)

@@ -563,8 +563,8 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
 LEAN_DEFAULT = dict(BM=256, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)  # rung 7's recorded winner: one change at a time
 # Rung 10: the prefetch loop re-tiled. A 128 × 256 block with K tiles of 8 and the step loop unrolled 8 times
 # (all of a tile's steps): the fastest of 21 prefetch variants timed on the H200 (2026-12-01, 4096³: 45.8
-# TFLOP/s against rung 9's 41.5 in the same run; .gpu/sgemm/explore2.py). Its tile loop is shorter, so a
-# larger share of its instructions are FFMA (0.85 against rung 9's 0.77, from the SASS).
+# TFLOP/s against rung 9's 41.5 in the same run; .gpu/sgemm/explore2.py). In the offline SASS a larger share
+# of a K tile's instructions are FFMA (0.85 against rung 9's 0.77).
 PREFETCH_TUNED = dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=4)
 PREFETCH_TUNED_UNROLL = 8
 _LEAN_KERNELS: dict = {}

@@ -226,8 +226,9 @@ class Planner:
         # stayed the same at every size, or spans two blocks, the checks could not tell a launch that ignores
         # the size from a right one: that one size is checked whatever it costs (the time limit still holds).
         # (only the launch's own coverage: not the one-block-second-pass rule, whose sizes can be huge)
-        decisive = self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1, partials=False)
-        if decisive is not None and not self._forced:
+        decisive = None if self._forced else self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1,
+                                                          partials=False)
+        if decisive is not None:
             self._forced = True
             self._steps += 1
             self.notes.append(f"one size was checked past the {self.budget_s:.0f} s budget of a check here: the "
