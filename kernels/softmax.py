@@ -16,6 +16,8 @@ from numba import cuda, float32
 
 import lib
 from kernels.hardware import data_address, load_float4, store_float4
+from kernels.matmul import SMEM_ALIGN
+from lib import mma
 from lib.bench import Baseline, Ladder, Rung, copy_ceiling
 from lib.check import k_scaled_rtol
 from lib.dynamic_shared import allow_dynamic_shared
@@ -41,6 +43,11 @@ SHARED_WARPS = SHARED_THREADS // WARP
 SHARED_REG_ITEMS = 32                 # values per thread it keeps in registers (chosen by measurement)
 SHARED_ITEMS = (32, 64, 96)           # values per thread it can keep in shared memory: 64 to 192 KB a block
 SHARED_MAX_COLS = SHARED_THREADS * (SHARED_REG_ITEMS + SHARED_ITEMS[-1])  # 65536
+ASYNC_THREADS = 512                   # threads of the cp.async kernel (16 warps)
+ASYNC_REG_ITEMS = 32                  # values per thread it keeps in registers
+ASYNC_SHARED_ITEMS = (32, 64, 96)     # values per thread it can keep in shared memory: 64 to 192 KB a block
+ASYNC_GROUPS = 4                      # cp.async groups the shared part is copied in, each used as it lands
+ASYNC_MAX_COLS = ASYNC_THREADS * (ASYNC_REG_ITEMS + ASYNC_SHARED_ITEMS[-1])  # 65536
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
 ONE = float32(1.0)
@@ -48,6 +55,8 @@ ONE = float32(1.0)
 assert ROW_THREADS % WARP == 0 and ROW_WARPS <= WARP, "a block is whole warps, at most 32 of them"
 assert SHARED_THREADS % WARP == 0 and SHARED_WARPS <= WARP, "a block is whole warps, at most 32 of them"
 assert SHARED_THREADS * SHARED_REG_ITEMS == ON_CHIP_MAX_COLS, "the shared kernel takes over where registers end"
+assert ASYNC_THREADS * ASYNC_REG_ITEMS == ON_CHIP_MAX_COLS and ASYNC_MAX_COLS == SHARED_MAX_COLS, \
+    "the cp.async kernel runs on the rows the shared kernel runs on (kernel_that_runs relies on it)"
 
 
 # --- the merge operator and its reductions ----------------------------------------------------------
@@ -379,16 +388,12 @@ def warp_vector_kernel(cols: int, rows_per_warp: int = VECTOR_ROWS_PER_WARP):
 
 
 # --- rung 6: long rows on chip, registers and shared memory -------------------------------------------
-def make_softmax_on_chip_shared_kernel(reg_items: int, shared_items: int, threads: int = SHARED_THREADS):
-    """A kernel for rows of at most threads·(reg_items + shared_items) floats: each thread keeps
-    reg_items values in registers and shared_items in shared memory."""
-    warps = threads // WARP
-    batch = max(d for d in range(1, reg_items + 1) if shared_items % d == 0)  # loads staged per round
-    assert threads % WARP == 0 and warps <= WARP, "a block is whole warps, at most 32 of them"
+def make_merge_warps(warps: int):
+    """block_merge for a block of `warps` warps (the kernels whose block size is a parameter)."""
+    assert 1 <= warps <= WARP, "a block is whole warps, at most 32 of them"
 
     @cuda.jit(device=True)
     def merge_warps(m, l, warp_m, warp_l):
-        """block_merge for a block of `warps` warps."""
         m, l = warp_merge(m, l)
         if cuda.threadIdx.x % WARP == 0:
             warp_m[cuda.threadIdx.x // WARP] = m
@@ -399,6 +404,16 @@ def make_softmax_on_chip_shared_kernel(reg_items: int, shared_items: int, thread
             m, l = merge(m, l, warp_m[w], warp_l[w])
         return m, l
 
+    return merge_warps
+
+
+def make_softmax_on_chip_shared_kernel(reg_items: int, shared_items: int, threads: int = SHARED_THREADS):
+    """A kernel for rows of at most threads·(reg_items + shared_items) floats: each thread keeps
+    reg_items values in registers and shared_items in shared memory."""
+    warps = threads // WARP
+    batch = max(d for d in range(1, reg_items + 1) if shared_items % d == 0)  # loads staged per round
+    assert threads % WARP == 0 and warps <= WARP, "a block is whole warps, at most 32 of them"
+    merge_warps = make_merge_warps(warps)
     bounds = {} if lib.SIMULATOR else {"launch_bounds": threads}  # ptxas: registers for `threads` threads
 
     @cuda.jit(**bounds)
@@ -477,6 +492,138 @@ def on_chip_shared_kernel(cols: int, threads: int = SHARED_THREADS, reg_items: i
     if key not in _SHARED_KERNELS:
         _SHARED_KERNELS[key] = make_softmax_on_chip_shared_kernel(items, shared, threads)
     return _SHARED_KERNELS[key], 4 * threads * shared
+
+
+# --- rung 7: long rows on chip, the shared part copied by cp.async -----------------------------------
+def make_softmax_on_chip_async_kernel(reg_items: int, shared_items: int, threads: int = ASYNC_THREADS,
+                                      groups: int = ASYNC_GROUPS):
+    """A kernel for rows of at most threads·(reg_items + shared_items) floats (a multiple of 4, 16-byte
+    aligned matrices): each thread keeps reg_items values in registers and shared_items in shared memory,
+    copied there by cp.async in `groups` commit groups of equal size."""
+    reg_quads, shared_quads = reg_items // VECTOR, shared_items // VECTOR
+    assert reg_items % VECTOR == 0 and shared_items % VECTOR == 0, "a thread's values come in float4s"
+    assert threads % WARP == 0 and threads // WARP <= WARP, "a block is whole warps, at most 32 of them"
+    assert groups >= 1 and shared_quads % groups == 0, "the groups split a thread's float4s evenly"
+    warps = threads // WARP
+    merge_warps = make_merge_warps(warps)
+    per_group = shared_quads // groups    # float4s per thread per group
+    pending = groups - 1   # a literal for cp.async.wait_group: the groups that may stay in flight
+    shifts = groups + 1    # the register part's shift, then each group's (a literal for the local array)
+    bounds = {} if lib.SIMULATOR else {"launch_bounds": threads}  # ptxas: registers for `threads` threads
+
+    @cuda.jit(**bounds)
+    def softmax_on_chip_async_kernel(x, out, cols):
+        """Single-read softmax of long rows with the whole row in flight at once: each thread issues
+        16-byte loads of its reg_items register values, then 16-byte cp.async copies of its shared_items
+        values from global to shared memory — no register holds them on the way, so no register count
+        limits how many are in flight — in `groups` commit groups, and only then waits. It takes the
+        register part first (its maximum, the thread's state (m, l), its exps in place; first, because
+        what is used last could be scheduled after a wait: wait_group orders only the copies), then each
+        group as it lands (cp.async.wait_group, with an empty group committed after each so that the same
+        literal count waits for the next one): the group's maximum, the state rescaled to it, the group's
+        exps written back in place. One block merge; every value times exp(m_part - m_row) / l_row, with
+        m_part the shift its part's exps were taken with.
+
+        Memory: reads 4 and writes 4 bytes per element, the floor, with up to a whole row in flight per
+        block (256 KB at 65536 floats). Float4 j of thread t is float4 t + j·threads of the row (the
+        register part after the shared one), and a shared one sits at the same float4 of the block's
+        slots, so a warp's load, copy or store moves 512 contiguous bytes (no bank conflicts). A float4
+        past the row's end is loaded or copied from the row's last one (no branch around the issue) and
+        counted as -inf. The PTX ISA makes a cp.async's writes visible to its own thread once wait_group
+        has returned for its group, and each thread reads only its own slots: no barrier for them. Shared
+        memory: threads·shared_items·4 bytes, dynamic (over 48 KB: the launcher opts in). x and out are
+        the matrices flattened (1-D views) on 16-byte boundaries, cols a multiple of 4.
+        Launch: one block of `threads` threads per row, grid = rows, dynamic shared memory as above;
+        cols ≤ threads·(reg_items + shared_items).
+        """
+        row = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        row_quads = cols // VECTOR
+        base = row * row_quads                    # the row's first float4 in x and out
+        held = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
+        warp_m = cuda.shared.array(warps, float32)
+        warp_l = cuda.shared.array(warps, float32)
+        vals = cuda.local.array(reg_items, float32)
+        part_m = cuda.local.array(shifts, float32)
+        for j in range(reg_quads):
+            q = tid + (shared_quads + j) * threads
+            v0, v1, v2, v3 = load_float4(x, base + min(q, row_quads - 1))  # no branch: all issue at once
+            inside = q < row_quads
+            vals[VECTOR * j] = v0 if inside else NEG_INF
+            vals[VECTOR * j + 1] = v1 if inside else NEG_INF
+            vals[VECTOR * j + 2] = v2 if inside else NEG_INF
+            vals[VECTOR * j + 3] = v3 if inside else NEG_INF
+        for g in range(groups):
+            for i in range(per_group):
+                j = g * per_group + i
+                q = min(tid + j * threads, row_quads - 1)
+                mma.cp_async_cg16(held, VECTOR * (j * threads + tid), x, VECTOR * (base + q))
+            mma.cp_async_commit()
+        m = NEG_INF
+        for k in range(reg_items):
+            m = max(m, vals[k])
+        shift = m if m != NEG_INF else ZERO
+        l = ZERO
+        for k in range(reg_items):
+            vals[k] = math.exp(vals[k] - shift)
+            l += vals[k]
+        part_m[0] = m
+        for g in range(groups):
+            mma.cp_async_wait_group(pending)      # the oldest group in flight, group g, has landed
+            m_new = m
+            for i in range(per_group):
+                j = g * per_group + i
+                s0, s1, s2, s3 = load_float4(held, j * threads + tid)
+                if tid + j * threads < row_quads:  # a slot past the row's end holds a copy of its last float4
+                    m_new = max(m_new, max(max(s0, s1), max(s2, s3)))
+            if m_new != NEG_INF:
+                l *= math.exp(m - m_new)          # the sum so far, rescaled to the new maximum
+            m = m_new
+            shift = m if m != NEG_INF else ZERO
+            for i in range(per_group):
+                j = g * per_group + i
+                s0, s1, s2, s3 = load_float4(held, j * threads + tid)
+                e0, e1, e2, e3 = (math.exp(s0 - shift), math.exp(s1 - shift), math.exp(s2 - shift),
+                                  math.exp(s3 - shift))
+                store_float4(held, j * threads + tid, e0, e1, e2, e3)
+                if tid + j * threads < row_quads:
+                    l += (e0 + e1) + (e2 + e3)
+            part_m[g + 1] = m
+            mma.cp_async_commit()                 # an empty group: the next wait_group(pending) is for g + 1
+        m_row, l_row = merge_warps(m, l, warp_m, warp_l)
+        scale = math.exp(part_m[0] - m_row) / l_row if l_row > ZERO else ZERO
+        for j in range(reg_quads):
+            q = tid + (shared_quads + j) * threads
+            if q < row_quads:
+                store_float4(out, base + q, vals[VECTOR * j] * scale, vals[VECTOR * j + 1] * scale,
+                             vals[VECTOR * j + 2] * scale, vals[VECTOR * j + 3] * scale)
+        for g in range(groups):
+            scale = math.exp(part_m[g + 1] - m_row) / l_row if l_row > ZERO else ZERO
+            for i in range(per_group):
+                j = g * per_group + i
+                q = tid + j * threads
+                if q < row_quads:
+                    e0, e1, e2, e3 = load_float4(held, j * threads + tid)
+                    store_float4(out, base + q, e0 * scale, e1 * scale, e2 * scale, e3 * scale)
+
+    return quiet(softmax_on_chip_async_kernel)
+
+
+_ASYNC_KERNELS: dict = {}
+
+
+def on_chip_async_kernel(cols: int, threads: int = ASYNC_THREADS, reg_items: int = ASYNC_REG_ITEMS,
+                         groups: int = ASYNC_GROUPS):
+    """(kernel, dynamic shared bytes) for `cols`: reg_items values per thread in registers and the fewest of
+    ASYNC_SHARED_ITEMS per thread in shared memory that hold the rest."""
+    shared = next((s for s in ASYNC_SHARED_ITEMS if threads * (reg_items + s) >= cols), None)
+    if shared is None:
+        raise ValueError(f"softmax_on_chip_async: a row of {cols} floats does not fit "
+                         f"{threads} x ({reg_items} + {ASYNC_SHARED_ITEMS[-1]})")
+    key = (reg_items, shared, threads, groups)
+    if key not in _ASYNC_KERNELS:
+        _ASYNC_KERNELS[key] = make_softmax_on_chip_async_kernel(reg_items, shared, threads, groups)
+    return _ASYNC_KERNELS[key], 4 * threads * shared
 
 
 # --- host launchers -----------------------------------------------------------------------------------
@@ -574,15 +721,35 @@ def softmax_on_chip_shared(x, out, threads: int = SHARED_THREADS, reg_items: int
     kernel[rows, threads, 0, shared_bytes](x, out)
 
 
+def softmax_on_chip_async(x, out, threads: int = ASYNC_THREADS, reg_items: int = ASYNC_REG_ITEMS,
+                          groups: int = ASYNC_GROUPS):
+    """Single-read softmax for rows longer than a block's registers hold (threads·reg_items) and up to
+    threads·(reg_items + ASYNC_SHARED_ITEMS[-1]), a multiple of 4, in 16-byte aligned matrices: the cp.async
+    kernel. Other rows go to softmax_on_chip_shared — the ladder's table says which kernel ran."""
+    rows, cols = _checked(x, out, "softmax_on_chip_async")
+    if not (rows and cols):
+        return
+    fits = threads * reg_items < cols <= threads * (reg_items + ASYNC_SHARED_ITEMS[-1])
+    if not fits or cols % VECTOR or data_address(x) % 16 or data_address(out) % 16:
+        softmax_on_chip_shared(x, out)
+        return
+    kernel, shared_bytes = on_chip_async_kernel(cols, threads, reg_items, groups)
+    args = (x.reshape(rows * cols), out.reshape(rows * cols), cols)
+    allow_dynamic_shared(kernel, args, shared_bytes)
+    kernel[rows, threads, 0, shared_bytes](*args)
+
+
 def kernel_that_runs(rung: str, cols: int) -> str:
     """The kernel a rung's launcher launches for rows of `cols` floats, fallbacks included (for tables that
     must not credit a rung with another kernel's time). Assumes 16-byte aligned matrices, as the ladder's."""
     if rung == "softmax_warp_vector_kernel" and (cols > VECTOR_MAX_COLS or cols % VECTOR):
         rung = "softmax_on_chip_kernel"
+    if rung == "softmax_on_chip_async_kernel" and (cols <= ON_CHIP_MAX_COLS or cols % VECTOR):
+        rung = "softmax_on_chip_shared_kernel"
     if rung == "softmax_on_chip_shared_kernel" and cols <= ON_CHIP_MAX_COLS:
         rung = "softmax_on_chip_kernel"
     too_long = {"softmax_on_chip_kernel": ON_CHIP_MAX_COLS, "softmax_on_chip_fastmath_kernel": ON_CHIP_MAX_COLS,
-                "softmax_on_chip_shared_kernel": SHARED_MAX_COLS}
+                "softmax_on_chip_shared_kernel": SHARED_MAX_COLS, "softmax_on_chip_async_kernel": ASYNC_MAX_COLS}
     return "softmax_online_kernel" if cols > too_long.get(rung, cols) else rung
 
 
@@ -658,7 +825,10 @@ LADDERS = [
                     f"(rows > {VECTOR_MAX_COLS}: on_chip)"),
                Rung("softmax_on_chip_shared_kernel", softmax_on_chip_shared,
                     f"{SHARED_THREADS} threads per row, registers + shared memory, 1 read "
-                    f"(rows ≤ {ON_CHIP_MAX_COLS}: on_chip)")],
+                    f"(rows ≤ {ON_CHIP_MAX_COLS}: on_chip)"),
+               Rung("softmax_on_chip_async_kernel", softmax_on_chip_async,
+                    f"{ASYNC_THREADS} threads per row, shared part copied by cp.async, all in flight, 1 read "
+                    f"(rows ≤ {ON_CHIP_MAX_COLS} or not a multiple of 4: on_chip_shared)")],
         baselines=[Baseline("torch.softmax", _torch_softmax, "torch.softmax(x, 1, out=out)")],
         tolerance=softmax_tolerance,
     ),
@@ -717,11 +887,12 @@ def record_exp_accuracy(folder, env: dict, n: int = 1 << 24) -> Path:
 
 def record_kernel_resources(folder, env: dict) -> Path:
     """Registers, local memory and shared memory (static + dynamic) of each kernel as compiled for the rows
-    it is timed on — 8192 wide, and for the two kernels made for other widths, 512 and 65536 (local memory
+    it is timed on — 8192 wide, and for the three kernels made for other widths, 512 and 65536 (local memory
     0: the row stayed in registers) — after checking each on a 4-row input of that width."""
     import pandas as pd
 
     shared_kernel, shared_bytes = on_chip_shared_kernel(65536)
+    async_kernel, async_bytes = on_chip_async_kernel(65536)
     stats = []
     for name, launch, cols, kernel, threads, dynamic in [
             ("softmax_three_pass_kernel", softmax_three_pass_expf, 8192, softmax_three_pass_kernel,
@@ -737,7 +908,9 @@ def record_kernel_resources(folder, env: dict) -> Path:
             ("softmax_warp_vector_kernel", softmax_warp_vector, 512, warp_vector_kernel(512),
              VECTOR_WARPS * WARP, 0),
             ("softmax_on_chip_shared_kernel", softmax_on_chip_shared, 65536, shared_kernel, SHARED_THREADS,
-             shared_bytes)]:
+             shared_bytes),
+            ("softmax_on_chip_async_kernel", softmax_on_chip_async, 65536, async_kernel, ASYNC_THREADS,
+             async_bytes)]:
         (xs_small,) = softmax_inputs((4, cols), np.random.default_rng(1))
         expected = softmax_reference(xs_small)
         tol = softmax_tolerance(xs_small, expected)

@@ -27,6 +27,7 @@ STABLE = {
     "on_chip_fastmath": sm.softmax_on_chip_fastmath,
     "warp_vector": sm.softmax_warp_vector,
     "on_chip_shared": sm.softmax_on_chip_shared,
+    "on_chip_async": sm.softmax_on_chip_async,
 }
 
 
@@ -140,6 +141,50 @@ def test_on_chip_shared_launcher_uses_shared_memory_and_hands_over_outside_it(mo
     assert_softmax(run(launch, x), x)  # longer than 64 x (2 + 96): the online kernel
 
 
+@pytest.mark.parametrize("reg_items, shared_items, groups", [(4, 8, 2), (4, 16, 4), (8, 8, 1), (4, 0, 1)])
+def test_on_chip_async_kernel_small_blocks(reg_items, shared_items, groups):
+    """The cp.async kernel in a 64-thread block: rows that fill every slot and ragged ones (the last float4s
+    of some threads past the row's end, in the register part and in the last groups), one or more commit
+    groups, and no shared part at all. The simulator's cp.async writes shared memory only at the wait, so
+    a missing or too-early wait_group reads stale slots and fails here."""
+    kernel = sm.make_softmax_on_chip_async_kernel(reg_items, shared_items, threads=64, groups=groups)
+    full = 64 * (reg_items + shared_items)
+    for cols in (full, full - 4 * 37):
+        x = hard_rows(3, cols, seed=cols + groups)
+        d_out = cuda.to_device(np.full(x.shape, np.nan, dtype=np.float32))
+        kernel[3, 64, 0, 4 * 64 * shared_items](cuda.to_device(x).reshape(x.size), d_out.reshape(x.size), cols)
+        assert_softmax(d_out.copy_to_host(), x)
+
+
+def test_on_chip_async_picks_the_fewest_shared_values_that_hold_the_row():
+    kernel, nbytes = sm.on_chip_async_kernel(65536)                   # 512 x (32 + 96): 192 KB shared
+    assert nbytes == 4 * sm.ASYNC_THREADS * 96
+    assert sm._ASYNC_KERNELS[(sm.ASYNC_REG_ITEMS, 96, sm.ASYNC_THREADS, sm.ASYNC_GROUPS)] is kernel
+    assert sm.on_chip_async_kernel(sm.ON_CHIP_MAX_COLS + 4)[1] == 4 * sm.ASYNC_THREADS * sm.ASYNC_SHARED_ITEMS[0]
+    with pytest.raises(ValueError, match="does not fit"):
+        sm.on_chip_async_kernel(sm.ASYNC_MAX_COLS + 4)
+
+
+def test_on_chip_async_launcher_hands_other_rows_to_on_chip_shared(monkeypatch):
+    """Rows the registers hold alone, rows that are not a multiple of 4, rows too long, and a matrix that
+    does not start on a 16-byte boundary go to softmax_on_chip_shared; the rest run the cp.async kernel."""
+    calls = []
+    shared = sm.softmax_on_chip_shared
+    monkeypatch.setattr(sm, "softmax_on_chip_shared", lambda a, b: calls.append(a.shape[1]) or shared(a, b))
+    launch = lambda a, b: sm.softmax_on_chip_async(a, b, threads=64, reg_items=4, groups=2)  # noqa: E731
+    for cols, falls_back in [(300, False), (302, True), (256, True), (64 * (4 + sm.ASYNC_SHARED_ITEMS[-1]) + 4, True)]:
+        x = hard_rows(2, cols, seed=cols)
+        assert_softmax(run(launch, x), x)
+        assert calls == ([cols] if falls_back else []), cols
+        calls.clear()
+    x = hard_rows(2, 300, seed=9)
+    d_x = cuda.to_device(np.concatenate([[0.0], x.ravel()]).astype(np.float32))[1:].reshape(x.shape)
+    d_out = cuda.to_device(np.full(x.size + 1, np.nan, dtype=np.float32))[1:].reshape(x.shape)
+    launch(d_x, d_out)                  # both 4 bytes past a 16-byte boundary: no float4 can be read
+    assert_softmax(d_out.copy_to_host(), x)
+    assert calls == [300]
+
+
 def test_kernel_that_runs_names_the_fallbacks():
     ran = sm.kernel_that_runs
     assert ran("softmax_warp_vector_kernel", 512) == "softmax_warp_vector_kernel"
@@ -148,6 +193,13 @@ def test_kernel_that_runs_names_the_fallbacks():
     assert ran("softmax_on_chip_shared_kernel", 4096) == "softmax_on_chip_kernel"
     assert ran("softmax_on_chip_shared_kernel", 65536) == "softmax_on_chip_shared_kernel"
     assert ran("softmax_on_chip_shared_kernel", sm.SHARED_MAX_COLS + 1) == "softmax_online_kernel"
+    assert ran("softmax_on_chip_async_kernel", 65536) == "softmax_on_chip_async_kernel"
+    assert ran("softmax_on_chip_async_kernel", 65532) == "softmax_on_chip_async_kernel"
+    assert ran("softmax_on_chip_async_kernel", 65534) == "softmax_on_chip_shared_kernel"  # not a multiple of 4
+    assert ran("softmax_on_chip_async_kernel", 8192) == "softmax_on_chip_kernel"
+    assert ran("softmax_on_chip_async_kernel", 8190) == "softmax_on_chip_kernel"
+    assert ran("softmax_on_chip_async_kernel", sm.ASYNC_MAX_COLS + 4) == "softmax_online_kernel"
+    assert ran("softmax_on_chip_async_kernel", sm.ASYNC_MAX_COLS + 2) == "softmax_online_kernel"
     assert ran("softmax_on_chip_fastmath_kernel", 65536) == "softmax_online_kernel"
     assert ran("softmax_three_pass_kernel", 65536) == "softmax_three_pass_kernel"
 
@@ -177,7 +229,7 @@ def test_naive_is_right_on_small_values_and_nan_on_large():
 
 
 @pytest.mark.parametrize("launch", [sm.softmax_online, sm.softmax_on_chip, sm.softmax_naive,
-                                    sm.softmax_warp_vector, sm.softmax_on_chip_shared])
+                                    sm.softmax_warp_vector, sm.softmax_on_chip_shared, sm.softmax_on_chip_async])
 def test_launcher_errors(launch):
     x = np.zeros((2, 3), dtype=np.float32)
     with pytest.raises(TypeError, match="float32"):
