@@ -553,8 +553,8 @@ def flash_attention_wide_causal(q, k, v, out):
 REGS_THREADS, REGS_LANES = 128, 8       # 16 row groups of 8 lanes; a warp holds 4 row groups
 REGS_CONFIGS = {                        # head dim -> a thread's query rows (TM) and keys per tile (TN)
     64: dict(TM=8, TN=8),               # 128 queries x 64 keys per block; o: 8 rows x 8 dims per thread
-    128: dict(TM=4, TN=4),              # 64 queries x 32 keys per block; o: 4 rows x 16 dims per thread
-}
+    128: dict(TM=8, TN=4, LANES=16, THREADS=256, QK_UNROLL=2),  # 128 queries x 64 keys per block, 16 lanes a
+}                                       # row group; o: 8 rows x 8 dims per thread (chosen by measurement)
 LOG2E = 1.4426950408889634
 
 
@@ -597,6 +597,11 @@ def regs_shape(head_dim: int, TM: int, TN: int, LANES: int = REGS_LANES, THREADS
 
 
 _REGS_KERNELS: dict = {}
+
+
+def regs_threads(head_dim: int) -> int:
+    """Threads per block of the register-blocked kernel as configured for head_dim."""
+    return regs_shape(head_dim, **regs_options(head_dim))["THREADS"]
 
 
 def regs_options(head_dim: int, **overrides) -> dict:
@@ -973,7 +978,7 @@ PATH2_WIDE = Rung("flash_attention_wide", flash_attention_wide,
                   "path 2, wide: 8 × 8 scores per thread, 99 KB of dynamic shared memory")
 PATH2_REGS = Rung("flash_attention_regs", flash_attention_regs,
                   "path 2, register-blocked: the wide tile with every per-thread array in registers; "
-                  "d = 128: 4 rows × 4 keys per thread")
+                  "d = 128: 8 rows × 4 keys per thread, 16 lanes a row, 256 threads")
 SDPA32 = Baseline("torch.sdpa", torch_sdpa_fp32, "scaled_dot_product_attention, fp32, TF32 off")
 
 
@@ -1034,11 +1039,11 @@ def record_extra(folder) -> list:
              ("flash_attention_wide_causal d=64", flash_attention_wide_causal, (2, 150, 64), True,
               lambda: make_flash_wide_kernel(True), WIDE["THREADS"]),
              ("flash_attention_regs d=64", flash_attention_regs, (2, 150, 64), False,
-              lambda: make_flash_regs_kernel(64, False)[0], REGS_THREADS),
+              lambda: make_flash_regs_kernel(64, False)[0], regs_threads(64)),
              ("flash_attention_regs_causal d=64", flash_attention_balanced_causal, (2, 150, 64), True,
-              lambda: make_flash_regs_kernel(64, True, True)[0], REGS_THREADS),
+              lambda: make_flash_regs_kernel(64, True, True)[0], regs_threads(64)),
              ("flash_attention_regs d=128", flash_attention_regs, (2, 70, 128), False,
-              lambda: make_flash_regs_kernel(128, False)[0], REGS_THREADS),
+              lambda: make_flash_regs_kernel(128, False)[0], regs_threads(128)),
              ("batched_matmul_kernel (scores)", attention_materialised, (2, 70, 64), False,
               lambda: make_batched_matmul_kernel(SCORES_BM, SCORES_BN, True)[0], 256),
              ("batched_matmul_kernel (p @ v)", attention_materialised, (2, 70, 64), False,
@@ -1059,7 +1064,7 @@ def record_extra(folder) -> list:
                      "dynamic_shared_bytes_per_block": dynamic_shared_bytes(name), **env})
     path = Path(folder) / f"{CHAPTER}.kernels.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    return [path, record_path1_steps(folder, env)]
+    return [path, record_path1_steps(folder, env), record_regs_tiles(folder, env)]
 
 
 def dynamic_shared_bytes(name: str) -> int:
@@ -1115,6 +1120,58 @@ def record_path1_steps(folder, env) -> Path:
             rows.append({"step": step, "size": "x".join(map(str, size)), "median_ms": timing.median_ms,
                          "bytes": nbytes, "flops": flops, **env})
     path = Path(folder) / f"{CHAPTER}.path1.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+# The tile shapes the d = 128 configuration was chosen from (REGS_CONFIGS[128] is one of them): per thread
+# query rows x keys, lanes per row group, threads per block, and the QK loop's steps per trip.
+REGS_TILES_128 = [dict(TM=4, TN=4, LANES=8, THREADS=128, QK_UNROLL=4),
+                  dict(TM=4, TN=4, LANES=8, THREADS=256, QK_UNROLL=4),
+                  dict(TM=4, TN=8, LANES=8, THREADS=256, QK_UNROLL=2),
+                  dict(TM=8, TN=4, LANES=16, THREADS=256, QK_UNROLL=4),
+                  dict(TM=8, TN=4, LANES=16, THREADS=256, QK_UNROLL=2)]
+REGS_TILES_SIZE = (HEADS, 4096, 128)
+
+
+def record_regs_tiles(folder, env) -> Path:
+    """attention.regs_tiles.csv: each tile shape of REGS_TILES_128 at REGS_TILES_SIZE, checked against float64,
+    then timed, with its registers, local bytes, dynamic shared bytes and resident blocks per SM."""
+    import pandas as pd
+
+    from lib.check import compare
+    from lib.occupancy import limits_for, occupancy
+    from lib.specs import spec_for
+    from lib.timing import time_cuda
+
+    spec = spec_for(env["device"])
+    q, k, v = attention_inputs(REGS_TILES_SIZE, np.random.default_rng(5))
+    expected, scale = attention64(q, k, v)
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    out = cuda.device_array(q.shape, np.float32)
+    heads, n, d = REGS_TILES_SIZE
+    rows = []
+    for tile in REGS_TILES_128:
+        kernel, cfg = make_flash_regs_kernel(d, False, **tile)
+        out.copy_to_device(np.full(q.shape, np.nan, np.float32))
+        flash_attention_regs(dq, dk, dv, out, **tile)
+        bad = compare(out.copy_to_host(), expected, attention_rtol(n, d), 0.0, scale)
+        if bad is not None:
+            raise AssertionError(f"flash_attention_regs {tile} failed its check; not timed: {bad.describe()}")
+        timing = time_cuda(lambda: flash_attention_regs(dq, dk, dv, out, **tile), flops=attention_flops(heads, n, d))
+        compiled = next(iter(kernel.overloads.values()))
+        regs = int(compiled.regs_per_thread)
+        rows.append({"TM": cfg["TM"], "TN": cfg["TN"], "lanes": cfg["LANES"], "threads": cfg["THREADS"],
+                     "qk_unroll": cfg["QK_UNROLL"], "BR": cfg["BR"], "BC": cfg["BC"],
+                     "configured": all(regs_options(d).get(key) == cfg[key] for key in regs_options(d)),
+                     "registers_per_thread": regs, "local_bytes_per_thread": int(compiled.local_mem_per_thread),
+                     "dynamic_shared_bytes": cfg["smem_bytes"],
+                     "blocks_per_sm": occupancy(limits_for(spec), cfg["THREADS"], regs, cfg["smem_bytes"])["blocks"]
+                     if spec else None,
+                     "size": "x".join(map(str, REGS_TILES_SIZE)), "median_ms": timing.median_ms,
+                     "q1_ms": timing.q1_ms, "q3_ms": timing.q3_ms, "reps": timing.reps, "tflops": timing.tflops,
+                     **env})
+    path = Path(folder) / f"{CHAPTER}.regs_tiles.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
 

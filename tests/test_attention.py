@@ -68,24 +68,36 @@ def test_wide_kernel_ragged_multi_block_and_m_not_n():
 def test_regs_kernel_ragged_both_head_dims_and_m_not_n():
     q, k, v = inputs(1, 70, 64, seed=10)    # one query block of 128 (70 rows used), key tiles of 64 and 6
     assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
-    q, k, v = inputs(1, 37, 128, seed=11)   # d = 128: a block of 64 queries, key tiles of 32 and 5
+    q, k, v = inputs(1, 70, 128, seed=11)   # d = 128: a block of 128 queries, key tiles of 64 and 6
     assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
     q, k, v = inputs(1, 9, 64, seed=12, m=3)
     assert_attention(run(A.flash_attention_regs, q, k, v), q, k, v)
 
 
-@pytest.mark.parametrize("d", sorted(A.REGS_CONFIGS))
-def test_regs_configurations(d):
-    """Two blocks of the register-blocked kernel fit an H200 SM's 228 KB of shared memory."""
+@pytest.mark.parametrize("d, blocks", [(64, 2), (128, 1)])
+def test_regs_configurations(d, blocks):
+    """The blocks of the register-blocked kernel that an H200 SM's 228 KB of shared memory holds (the chapter's
+    resource table says 2 at d = 64, 1 of 256 threads at d = 128), and the tables' launch figures."""
+    assert sorted(A.REGS_CONFIGS) == [64, 128]
     shape = A.regs_shape(d, **A.REGS_CONFIGS[d])
-    assert 2 * (shape["smem_bytes"] + 1024) <= 228 * 1024
-    assert shape["GROUPS"] * shape["TM"] == shape["BR"] and shape["DIMS"] * A.REGS_LANES == d
+    assert blocks * (shape["smem_bytes"] + 1024) <= 228 * 1024 < (blocks + 1) * (shape["smem_bytes"] + 1024)
+    assert shape["GROUPS"] * shape["TM"] == shape["BR"] and shape["DIMS"] * shape["LANES"] == d
     assert A.dynamic_shared_bytes(f"flash_attention_regs d={d}") == shape["smem_bytes"]
+    assert A.regs_threads(d) == shape["THREADS"] == shape["GROUPS"] * shape["LANES"]
+
+
+def test_regs_tiles_name_every_option():
+    """The d = 128 tile table (record_regs_tiles) holds the configured tile once, and every entry sets each
+    option REGS_CONFIGS[128] sets, so none of them inherits the configured tile's values by accident."""
+    assert sum(tile == A.REGS_CONFIGS[128] for tile in A.REGS_TILES_128) == 1
+    for tile in A.REGS_TILES_128:
+        assert set(A.REGS_CONFIGS[128]) <= set(tile)
+        A.regs_shape(128, **tile)
 
 
 @pytest.mark.parametrize("size, causal, m, options", [
     ((1, 70, 64), True, None, dict(TM=8, TN=4, LANES=16, THREADS=256, P_OVER_K=True, QK_UNROLL=2, PV_UNROLL=1)),
-    ((1, 37, 128), False, 9, dict(TM=4, TN=8, P_OVER_K=True)),
+    ((1, 37, 128), False, 9, dict(TM=4, TN=8, LANES=8, THREADS=128, P_OVER_K=True, QK_UNROLL=4)),
 ])
 def test_regs_kernel_options(size, causal, m, options):
     """The optional tile shapes: 16 lanes a row group (a fourth shuffle round), 256 threads, p_t written over
