@@ -46,7 +46,7 @@ SHARED_MAX_COLS = SHARED_THREADS * (SHARED_REG_ITEMS + SHARED_ITEMS[-1])  # 6553
 ASYNC_THREADS = 512                   # threads of the cp.async kernel (16 warps)
 ASYNC_REG_ITEMS = 32                  # values per thread it keeps in registers
 ASYNC_SHARED_ITEMS = (32, 64, 96)     # values per thread it can keep in shared memory: 64 to 192 KB a block
-ASYNC_GROUPS = 4                      # cp.async groups the shared part is copied in, each used as it lands
+ASYNC_GROUPS = 8                      # cp.async groups the shared part is copied in, each used as it lands (measured)
 ASYNC_MAX_COLS = ASYNC_THREADS * (ASYNC_REG_ITEMS + ASYNC_SHARED_ITEMS[-1])  # 65536
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
@@ -997,13 +997,56 @@ def record_ncu(folder, env: dict, sizes=SIZES) -> Path | None:
     return path
 
 
+# --- recorded extra: how many cp.async groups rung 7 splits its shared part into ---------------------
+ASYNC_GROUP_COUNTS = (1, 2, 4, 8)
+ASYNC_GROUPS_SIZE = (1024, 65536)
+
+
+def record_async_groups(folder, env: dict) -> Path:
+    """softmax.async_groups.csv: the cp.async kernel at ASYNC_GROUPS_SIZE with each of ASYNC_GROUP_COUNTS
+    commit groups (the rung's configuration is one of them), each checked against float64, then timed."""
+    import pandas as pd
+
+    from lib.timing import time_cuda
+
+    rows, cols = ASYNC_GROUPS_SIZE
+    (x,) = softmax_inputs(ASYNC_GROUPS_SIZE, np.random.default_rng(2))
+    expected = softmax_reference(x)
+    tol = softmax_tolerance(x, expected)
+    d_x = cuda.to_device(x)
+    d_out = cuda.device_array_like(d_x)
+    stats = []
+    for groups in ASYNC_GROUP_COUNTS:
+        kernel, shared_bytes = on_chip_async_kernel(cols, groups=groups)
+        args = (d_x.reshape(rows * cols), d_out.reshape(rows * cols), cols)
+        allow_dynamic_shared(kernel, args, shared_bytes)
+        launch = lambda: kernel[rows, ASYNC_THREADS, 0, shared_bytes](*args)  # noqa: E731
+        d_out.copy_to_device(np.full(x.shape, np.nan, np.float32))
+        launch()
+        got = d_out.copy_to_host()
+        if not np.all(np.abs(got - expected) <= tol.rtol * np.abs(expected) + tol.atol):
+            raise AssertionError(f"softmax_on_chip_async_kernel with {groups} groups is wrong at {rows}x{cols}; "
+                                 "not timed")
+        timing = time_cuda(launch, bytes=8 * x.size)
+        compiled = next(iter(kernel.overloads.values()))
+        stats.append({"groups": groups, "configured": groups == ASYNC_GROUPS, "size": f"{rows}x{cols}",
+                      "median_ms": timing.median_ms, "q1_ms": timing.q1_ms, "q3_ms": timing.q3_ms,
+                      "reps": timing.reps, "gbps": timing.gbps,
+                      "registers_per_thread": int(compiled.regs_per_thread),
+                      "local_bytes_per_thread": int(compiled.local_mem_per_thread), **env})
+    path = Path(folder) / f"{CHAPTER}.async_groups.csv"
+    pd.DataFrame(stats).to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
 def record_extra(folder) -> list:
-    """On the GPU: the accuracy of expf and __expf, each kernel's resources, and (with ncu) the counters of
-    the three-pass and online kernels (see the three above)."""
+    """On the GPU: the accuracy of expf and __expf, each kernel's resources, rung 7's commit groups, and
+    (with ncu) the counters of the three-pass and online kernels (see the four above)."""
     from lib.results import environment
 
     env = environment()
-    paths = [record_exp_accuracy(folder, env), record_kernel_resources(folder, env)]
+    paths = [record_exp_accuracy(folder, env), record_kernel_resources(folder, env),
+             record_async_groups(folder, env)]
     ncu_path = record_ncu(folder, env)
     return paths + ([ncu_path] if ncu_path is not None else [])
 

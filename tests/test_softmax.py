@@ -391,3 +391,12 @@ def test_record_exp_accuracy_writes_bins(tmp_path):
         assert (acc["max_ulp"] <= 0.5).all()
     else:  # CUDA's expf is within 2 ulp (CUDA C++ Programming Guide, mathematical functions appendix)
         assert (acc[acc["function"] == "expf"]["max_ulp"] <= 2).all()
+
+
+def test_async_group_counts_recorded_include_the_configured_one():
+    """record_async_groups times the rung's own group count among the others, and every count splits each
+    shared part the picker can choose into whole float4s per group."""
+    assert sm.ASYNC_GROUPS in sm.ASYNC_GROUP_COUNTS
+    for groups in sm.ASYNC_GROUP_COUNTS:
+        for items in sm.ASYNC_SHARED_ITEMS:
+            assert (items // sm.VECTOR) % groups == 0, (groups, items)
