@@ -48,6 +48,9 @@ ASYNC_REG_ITEMS = 32                  # values per thread it keeps in registers
 ASYNC_SHARED_ITEMS = (32, 64, 96)     # values per thread it can keep in shared memory: 64 to 192 KB a block
 ASYNC_GROUPS = 8                      # cp.async groups the shared part is copied in, each used as it lands (measured)
 ASYNC_MAX_COLS = ASYNC_THREADS * (ASYNC_REG_ITEMS + ASYNC_SHARED_ITEMS[-1])  # 65536
+ASYNC_ROW_THREADS = 256               # the same kernel with no shared part, for rows the registers hold:
+ASYNC_ROW_ITEMS = (8, 16, 32)         # 256 threads x 8 to 32 values (measured: 512 x 16 is slower at 8192)
+ASYNC_ROW_MAX_COLS = ASYNC_ROW_THREADS * ASYNC_ROW_ITEMS[-1]  # 8192
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
 ONE = float32(1.0)
@@ -626,6 +629,19 @@ def on_chip_async_kernel(cols: int, threads: int = ASYNC_THREADS, reg_items: int
     return _ASYNC_KERNELS[key], 4 * threads * shared
 
 
+def async_row_kernel(cols: int):
+    """The cp.async kernel with no shared part (only 16-byte register loads) for a row of VECTOR_MAX_COLS <
+    cols ≤ ASYNC_ROW_MAX_COLS floats: ASYNC_ROW_THREADS threads, the fewest of ASYNC_ROW_ITEMS values each."""
+    items = next((i for i in ASYNC_ROW_ITEMS if ASYNC_ROW_THREADS * i >= cols), None)
+    if items is None or cols <= VECTOR_MAX_COLS:
+        raise ValueError(f"softmax_on_chip_async: the register-only kernel takes rows of {VECTOR_MAX_COLS + 1} "
+                         f"to {ASYNC_ROW_MAX_COLS} floats, not {cols}")
+    key = (items, 0, ASYNC_ROW_THREADS, 1)
+    if key not in _ASYNC_KERNELS:
+        _ASYNC_KERNELS[key] = make_softmax_on_chip_async_kernel(items, 0, ASYNC_ROW_THREADS, 1)
+    return _ASYNC_KERNELS[key]
+
+
 # --- host launchers -----------------------------------------------------------------------------------
 def _checked(x, out, where):
     require(x, "x", ndim=2, where=where)
@@ -723,14 +739,20 @@ def softmax_on_chip_shared(x, out, threads: int = SHARED_THREADS, reg_items: int
 
 def softmax_on_chip_async(x, out, threads: int = ASYNC_THREADS, reg_items: int = ASYNC_REG_ITEMS,
                           groups: int = ASYNC_GROUPS):
-    """Single-read softmax for rows longer than a block's registers hold (threads·reg_items) and up to
-    threads·(reg_items + ASYNC_SHARED_ITEMS[-1]), a multiple of 4, in 16-byte aligned matrices: the cp.async
-    kernel. Other rows go to softmax_on_chip_shared — the ladder's table says which kernel ran."""
+    """Single-read softmax with 16-byte transfers, a multiple of 4 floats per row, in 16-byte aligned matrices:
+    rows longer than a block's registers hold (threads·reg_items) and up to threads·(reg_items +
+    ASYNC_SHARED_ITEMS[-1]) run the cp.async kernel; rows of VECTOR_MAX_COLS < cols ≤ ASYNC_ROW_MAX_COLS
+    run it with no shared part (async_row_kernel). Other rows go to softmax_on_chip_shared — the ladder's
+    table says which kernel ran."""
     rows, cols = _checked(x, out, "softmax_on_chip_async")
     if not (rows and cols):
         return
+    vectors = not (cols % VECTOR or data_address(x) % 16 or data_address(out) % 16)
+    if vectors and VECTOR_MAX_COLS < cols <= ASYNC_ROW_MAX_COLS:   # registers alone, 16-byte loads
+        async_row_kernel(cols)[rows, ASYNC_ROW_THREADS](x.reshape(rows * cols), out.reshape(rows * cols), cols)
+        return
     fits = threads * reg_items < cols <= threads * (reg_items + ASYNC_SHARED_ITEMS[-1])
-    if not fits or cols % VECTOR or data_address(x) % 16 or data_address(out) % 16:
+    if not fits or not vectors:
         softmax_on_chip_shared(x, out)
         return
     kernel, shared_bytes = on_chip_async_kernel(cols, threads, reg_items, groups)
@@ -744,7 +766,8 @@ def kernel_that_runs(rung: str, cols: int) -> str:
     must not credit a rung with another kernel's time). Assumes 16-byte aligned matrices, as the ladder's."""
     if rung == "softmax_warp_vector_kernel" and (cols > VECTOR_MAX_COLS or cols % VECTOR):
         rung = "softmax_on_chip_kernel"
-    if rung == "softmax_on_chip_async_kernel" and (cols <= ON_CHIP_MAX_COLS or cols % VECTOR):
+    register_only = VECTOR_MAX_COLS < cols <= ASYNC_ROW_MAX_COLS
+    if rung == "softmax_on_chip_async_kernel" and (cols % VECTOR or cols <= ON_CHIP_MAX_COLS and not register_only):
         rung = "softmax_on_chip_shared_kernel"
     if rung == "softmax_on_chip_shared_kernel" and cols <= ON_CHIP_MAX_COLS:
         rung = "softmax_on_chip_kernel"
@@ -827,8 +850,9 @@ LADDERS = [
                     f"{SHARED_THREADS} threads per row, registers + shared memory, 1 read "
                     f"(rows ≤ {ON_CHIP_MAX_COLS}: on_chip)"),
                Rung("softmax_on_chip_async_kernel", softmax_on_chip_async,
-                    f"{ASYNC_THREADS} threads per row, shared part copied by cp.async, all in flight, 1 read "
-                    f"(rows ≤ {ON_CHIP_MAX_COLS} or not a multiple of 4: on_chip_shared)")],
+                    f"16-byte transfers all in flight, 1 read: {ASYNC_THREADS} threads per row, shared part "
+                    f"copied by cp.async; rows of {VECTOR_MAX_COLS + 4}-{ASYNC_ROW_MAX_COLS}: "
+                    f"{ASYNC_ROW_THREADS} threads, registers only (other rows: on_chip_shared)")],
         baselines=[Baseline("torch.softmax", _torch_softmax, "torch.softmax(x, 1, out=out)")],
         tolerance=softmax_tolerance,
     ),
@@ -910,7 +934,9 @@ def record_kernel_resources(folder, env: dict) -> Path:
             ("softmax_on_chip_shared_kernel", softmax_on_chip_shared, 65536, shared_kernel, SHARED_THREADS,
              shared_bytes),
             ("softmax_on_chip_async_kernel", softmax_on_chip_async, 65536, async_kernel, ASYNC_THREADS,
-             async_bytes)]:
+             async_bytes),
+            ("softmax_on_chip_async_kernel", softmax_on_chip_async, 8192, async_row_kernel(8192),
+             ASYNC_ROW_THREADS, 0)]:
         (xs_small,) = softmax_inputs((4, cols), np.random.default_rng(1))
         expected = softmax_reference(xs_small)
         tol = softmax_tolerance(xs_small, expected)

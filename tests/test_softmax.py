@@ -166,13 +166,16 @@ def test_on_chip_async_picks_the_fewest_shared_values_that_hold_the_row():
 
 
 def test_on_chip_async_launcher_hands_other_rows_to_on_chip_shared(monkeypatch):
-    """Rows the registers hold alone, rows that are not a multiple of 4, rows too long, and a matrix that
-    does not start on a 16-byte boundary go to softmax_on_chip_shared; the rest run the cp.async kernel."""
+    """Rows the registers of `threads` hold alone (up to 1024 floats), rows that are not a multiple of 4, rows
+    too long for both kernels, and a matrix that does not start on a 16-byte boundary go to
+    softmax_on_chip_shared; the rest run the cp.async kernel (or, 1028 to 8192 floats, the register-only one)."""
     calls = []
     shared = sm.softmax_on_chip_shared
     monkeypatch.setattr(sm, "softmax_on_chip_shared", lambda a, b: calls.append(a.shape[1]) or shared(a, b))
     launch = lambda a, b: sm.softmax_on_chip_async(a, b, threads=64, reg_items=4, groups=2)  # noqa: E731
-    for cols, falls_back in [(300, False), (302, True), (256, True), (64 * (4 + sm.ASYNC_SHARED_ITEMS[-1]) + 4, True)]:
+    too_long = 64 * (4 + sm.ASYNC_SHARED_ITEMS[-1]) + 4     # for 64 threads; 1024 < it <= 8192: registers only
+    for cols, falls_back in [(300, False), (302, True), (256, True), (too_long, False),
+                             (sm.ASYNC_ROW_MAX_COLS + 4, True)]:
         x = hard_rows(2, cols, seed=cols)
         assert_softmax(run(launch, x), x)
         assert calls == ([cols] if falls_back else []), cols
@@ -196,7 +199,11 @@ def test_kernel_that_runs_names_the_fallbacks():
     assert ran("softmax_on_chip_async_kernel", 65536) == "softmax_on_chip_async_kernel"
     assert ran("softmax_on_chip_async_kernel", 65532) == "softmax_on_chip_async_kernel"
     assert ran("softmax_on_chip_async_kernel", 65534) == "softmax_on_chip_shared_kernel"  # not a multiple of 4
-    assert ran("softmax_on_chip_async_kernel", 8192) == "softmax_on_chip_kernel"
+    assert ran("softmax_on_chip_async_kernel", 8192) == "softmax_on_chip_async_kernel"   # registers only
+    assert ran("softmax_on_chip_async_kernel", 1028) == "softmax_on_chip_async_kernel"
+    assert ran("softmax_on_chip_async_kernel", 1024) == "softmax_on_chip_kernel"         # short rows
+    assert ran("softmax_on_chip_async_kernel", 8196) == "softmax_on_chip_kernel"
+    assert ran("softmax_on_chip_async_kernel", 16384) == "softmax_on_chip_kernel"
     assert ran("softmax_on_chip_async_kernel", 8190) == "softmax_on_chip_kernel"
     assert ran("softmax_on_chip_async_kernel", sm.ASYNC_MAX_COLS + 4) == "softmax_online_kernel"
     assert ran("softmax_on_chip_async_kernel", sm.ASYNC_MAX_COLS + 2) == "softmax_online_kernel"
@@ -400,3 +407,22 @@ def test_async_group_counts_recorded_include_the_configured_one():
     for groups in sm.ASYNC_GROUP_COUNTS:
         for items in sm.ASYNC_SHARED_ITEMS:
             assert (items // sm.VECTOR) % groups == 0, (groups, items)
+
+
+def test_on_chip_async_launcher_runs_rows_the_registers_hold_without_a_shared_part(monkeypatch):
+    """Rows of 1028 to 8192 floats (multiples of 4) run the kernel with no shared part, 256 threads of 8, 16 or
+    32 values; ragged ones included. Other widths go to on_chip_shared."""
+    calls = []
+    shared = sm.softmax_on_chip_shared
+    monkeypatch.setattr(sm, "softmax_on_chip_shared", lambda a, b: calls.append(a.shape[1]) or shared(a, b))
+    for cols, items in [(1028, 8), (2052, 16), (4096, 16), (8188, 32)]:
+        x = hard_rows(2, cols, seed=cols)
+        assert_softmax(run(sm.softmax_on_chip_async, x), x)
+        assert sm._ASYNC_KERNELS.get((items, 0, sm.ASYNC_ROW_THREADS, 1)) is sm.async_row_kernel(cols)
+    assert calls == []
+    for cols in (1024, 2050):
+        x = hard_rows(2, cols, seed=cols)
+        assert_softmax(run(sm.softmax_on_chip_async, x), x)
+    assert calls == [1024, 2050]
+    with pytest.raises(ValueError, match="register-only"):
+        sm.async_row_kernel(sm.ASYNC_ROW_MAX_COLS + 4)
