@@ -30,8 +30,50 @@ PROBLEM = re.compile(r"\b(WARNING|ERROR|SEVERE|CRITICAL):|\[Warning\]|build fini
 DOCS = toc_docs()
 
 
+# ipykernel's shutdown race, logged by the kernel process after the notebook's last cell: the control thread
+# flushes stdout (process_control) after the IOPub thread has closed its event pipe, and tornado logs the
+# ZMQError (seen once in a CI build, 2026-12-01, in a notebook whose 14 cells all ran; upstream reports of the
+# same error: spyder-ide/spyder#17615, #20668). Exactly that block is not a problem of the book; every cell's
+# own errors are checked by test_chapter_executed_without_error.
+SHUTDOWN_RACE = re.compile(r"^ERROR:tornado\.general:Uncaught exception in ZMQStream callback\n"
+                           r"Traceback \(most recent call last\):\n((?:  .*\n)+)"
+                           r"zmq\.error\.ZMQError: Socket operation on non-socket$", re.MULTILINE)
+
+
+def without_shutdown_race(output: str) -> str:
+    """The log without ipykernel's shutdown-race traceback (only where it passes through process_control and
+    the iostream flush)."""
+    return SHUTDOWN_RACE.sub(lambda m: "" if "in process_control" in m[1] and "iostream.py" in m[1] else m[0],
+                             output)
+
+
 def problems(output: str) -> list[str]:
-    return [line for line in output.splitlines() if PROBLEM.search(line)]
+    return [line for line in without_shutdown_race(output).splitlines() if PROBLEM.search(line)]
+
+
+RACE_LOG = """reading sources... [ 17%] chapters/debugging
+ERROR:tornado.general:Uncaught exception in ZMQStream callback
+Traceback (most recent call last):
+  File "/x/zmq/eventloop/zmqstream.py", line 585, in _log_error
+    f.result()
+  File "/x/ipykernel/kernelbase.py", line 406, in process_control
+    sys.stdout.flush()
+  File "/x/ipykernel/iostream.py", line 343, in schedule
+    self._event_pipe.send(b"")
+           ^^^^^^^^^^^^^^^^^^
+zmq.error.ZMQError: Socket operation on non-socket
+chapters/debugging.md: Executed notebook in 2.47 seconds [mystnb]
+"""
+
+
+def test_problems_ignore_only_the_kernel_shutdown_race():
+    assert problems(RACE_LOG) == []
+    other_error = RACE_LOG.replace("Socket operation on non-socket", "Address already in use")
+    assert problems(other_error) == ["ERROR:tornado.general:Uncaught exception in ZMQStream callback"]
+    elsewhere = RACE_LOG.replace("process_control", "dispatch_shell")
+    assert problems(elsewhere) == ["ERROR:tornado.general:Uncaught exception in ZMQStream callback"]
+    assert problems(RACE_LOG + "chapters/x.md:12: WARNING: undefined label\n") == [
+        "chapters/x.md:12: WARNING: undefined label"]
 
 
 def test_book_builds_without_warnings(book):
