@@ -1163,7 +1163,7 @@ def record_regs_tiles(folder, env) -> Path:
         regs = int(compiled.regs_per_thread)
         rows.append({"TM": cfg["TM"], "TN": cfg["TN"], "lanes": cfg["LANES"], "threads": cfg["THREADS"],
                      "qk_unroll": cfg["QK_UNROLL"], "BR": cfg["BR"], "BC": cfg["BC"],
-                     "configured": all(regs_options(d).get(key) == cfg[key] for key in regs_options(d)),
+                     "configured": tile == REGS_CONFIGS[d],   # every tile names each configured option
                      "registers_per_thread": regs, "local_bytes_per_thread": int(compiled.local_mem_per_thread),
                      "dynamic_shared_bytes": cfg["smem_bytes"],
                      "blocks_per_sm": occupancy(limits_for(spec), cfg["THREADS"], regs, cfg["smem_bytes"])["blocks"]

@@ -623,10 +623,15 @@ def on_chip_async_kernel(cols: int, threads: int = ASYNC_THREADS, reg_items: int
     if shared is None:
         raise ValueError(f"softmax_on_chip_async: a row of {cols} floats does not fit "
                          f"{threads} x ({reg_items} + {ASYNC_SHARED_ITEMS[-1]})")
-    key = (reg_items, shared, threads, groups)
+    return _async_kernel(reg_items, shared, threads, groups), 4 * threads * shared
+
+
+def _async_kernel(reg_items: int, shared_items: int, threads: int, groups: int):
+    """make_softmax_on_chip_async_kernel, built once per configuration."""
+    key = (reg_items, shared_items, threads, groups)
     if key not in _ASYNC_KERNELS:
-        _ASYNC_KERNELS[key] = make_softmax_on_chip_async_kernel(reg_items, shared, threads, groups)
-    return _ASYNC_KERNELS[key], 4 * threads * shared
+        _ASYNC_KERNELS[key] = make_softmax_on_chip_async_kernel(reg_items, shared_items, threads, groups)
+    return _ASYNC_KERNELS[key]
 
 
 def async_row_kernel(cols: int):
@@ -636,10 +641,7 @@ def async_row_kernel(cols: int):
     if items is None or cols <= VECTOR_MAX_COLS:
         raise ValueError(f"softmax_on_chip_async: the register-only kernel takes rows of {VECTOR_MAX_COLS + 1} "
                          f"to {ASYNC_ROW_MAX_COLS} floats, not {cols}")
-    key = (items, 0, ASYNC_ROW_THREADS, 1)
-    if key not in _ASYNC_KERNELS:
-        _ASYNC_KERNELS[key] = make_softmax_on_chip_async_kernel(items, 0, ASYNC_ROW_THREADS, 1)
-    return _ASYNC_KERNELS[key]
+    return _async_kernel(items, 0, ASYNC_ROW_THREADS, 1)
 
 
 # --- host launchers -----------------------------------------------------------------------------------
