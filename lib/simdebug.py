@@ -52,7 +52,7 @@ ENV_SWITCH = "CUDA_BOOK_SIMDEBUG"
 WARP = 32
 
 try:  # the simulator's error class, so `except SimulatorError` catches ours too
-    from .simulator import SimulatorError
+    from .simulator import _RUNNING, SimulatorError, _reject_negative, check_index as _check_index
 except Exception:  # a GPU process without the simulator module's dependencies: keep a class of our own
     class SimulatorError(RuntimeError):
         pass
@@ -181,34 +181,35 @@ def _poison_fill(ary: np.ndarray):
 # --- per-launch state --------------------------------------------------------------------------------
 
 class _Launch:
-    """What the debugger keeps for one launch: does it check races, and who read-modify-wrote what."""
+    """What the debugger keeps for one launch: does it check races, and what it did to each global array."""
 
-    __slots__ = ("ctx", "races", "rmw")
+    __slots__ = ("order", "races", "arrays", "wrappers")
 
-    def __init__(self, ctx, code):
-        self.ctx = ctx
+    def __init__(self, order, code):
+        self.order = order               # lib.simulator.LaunchSchedule: block order, fence counts
         self.races = code not in _ALLOWED
-        self.rmw: dict = {}  # (id(array), index) -> (block, thread id, generation, code, line, threadIdx)
+        self.arrays: dict = {}           # id(numpy array) -> _GlobalArray
+        self.wrappers: list = []         # array wrappers that cache their _GlobalArray (cleared at the end)
 
 
 _NO_LAUNCH = _Launch(None, None)
 _launch = _NO_LAUNCH
-_next_code = None  # the code object of the kernel about to be launched (from lib.launches)
-_kernel_module = None
 
 
-def _on_launch(launch, args):
-    global _next_code
-    _next_code = getattr(launch.py_func, "__code__", None)
+def _launch_started(order):
+    global _launch
+    _launch = _Launch(order, getattr(order.fn, "__code__", None))
+
+
+def _launch_ended(order):
+    global _launch
+    for wrapper in _launch.wrappers:
+        wrapper.__dict__.pop("_g", None)
+    _launch = _NO_LAUNCH
 
 
 def _current_launch() -> _Launch:
-    global _launch
-    ctx = _kernel_module._kernel_context
-    st = _launch
-    if st.ctx is not ctx:
-        st = _launch = _Launch(ctx, _next_code)
-    return st
+    return _launch
 
 
 # --- shared and local arrays ------------------------------------------------------------------------
@@ -358,7 +359,8 @@ def _uninitialised(root: _Tracked, idx, value):
     who = f"thread {_thread_point(t)} of block {_grid_point(_manager(t))} " if t is not None else ""
     if root._space == "shared":
         scope = ("no thread of this block has written (if one writes it later, a cuda.syncthreads() is missing "
-                 "between that write and this read)")
+                 "between that write and this read, or cuda.syncwarp() between two lanes of one warp: threads "
+                 "run in no defined order)")
     else:
         scope = "this thread has not written"
     raise UninitializedReadError(
@@ -570,65 +572,221 @@ def _local_array(self, shape, dtype, alignment=None):
     return _Tracked(ary, name, "local", None)
 
 
+# --- global memory ----------------------------------------------------------------------------------
+#
+# Blocks run one after another (lib.simulator), so within a launch every access of an earlier block happened
+# before every access of the running one, and a thread's `gt` (its number in the launch: blocks in run order,
+# then thread id) is below the running block's `base` exactly when it belongs to an earlier block. Per
+# element the debugger keeps the last writer, the last reader (and a reader of an earlier block than that),
+# and the last read-modify-write; keys are the index as the kernel wrote it (an int, or a tuple of ints).
+
+class _GlobalArray:
+    """What one launch did to one global array."""
+
+    __slots__ = ("ary", "blocks", "writes", "reads", "earlier_reads", "rmw")
+
+    def __init__(self, ary, blocks: bool):
+        self.ary = ary                    # kept alive: its id is the key
+        self.blocks = blocks              # the launch has several blocks: accesses between blocks are checked
+        self.writes: dict = {}            # idx -> (gt, block's fences then, code, lasti); several blocks only
+        self.reads: dict = {}             # idx -> gt of the last reader
+        self.earlier_reads: dict = {}     # idx -> gt of a reader in an earlier block than the last reader's
+        self.rmw: dict = {}               # idx -> (gt, barrier generation, code, lasti)
+
+
+def _array_state(wrapper):
+    """The wrapper's _GlobalArray in this launch (cached on the wrapper until the launch ends), or False
+    when the launch does not check races."""
+    launch = _launch
+    d = wrapper.__dict__
+    if launch is _NO_LAUNCH:
+        return False
+    if not launch.races:
+        state = False
+    else:
+        ary = d["_a"]
+        state = launch.arrays.get(id(ary))
+        if state is None:
+            state = launch.arrays[id(ary)] = _GlobalArray(ary, len(launch.order.blocks) > 1)
+    d["_g"] = state
+    launch.wrappers.append(wrapper)
+    return state
+
+
 def _global_get(self, idx):
-    value = _originals["get"](self, idx)
-    t = _current()
-    if t is not None:
-        if _in_atomic:
-            return value
-        d = t.__dict__
-        reads = d.get("_simdebug_reads")
-        if reads is None:
-            reads = d["_simdebug_reads"] = {}
+    kind = type(idx)  # the index check of lib.simulator's accessor, inline (this runs for every element)
+    if kind is int:
+        if idx < 0:
+            _reject_negative(idx)
+    elif kind is tuple:
         try:
-            reads[(id(self._item._ary), idx)] = self._item._ary
-        except TypeError:  # a slice: not one element
-            pass
+            fine = min(idx) >= 0
+        except (TypeError, ValueError):
+            fine = False
+        if not fine:
+            _check_index(idx)
+    else:
+        _check_index(idx)
+    d = self.__dict__
+    value = d["_a"][idx]
+    if type(value) is np.ndarray or type(value) is np.void:  # a view: its own wrapper tracks its elements
+        return _wrap_view(self, value)
+    t = _RUNNING[0]
+    if t is None:
+        return value
+    g = d.get("_g")
+    if g is None:
+        g = _array_state(self)
+    if g is False:
+        return value
+    gt = t.gt
+    if g.blocks:
+        base = t._manager.base
+        w = g.writes.get(idx)
+        if w is not None and w[0] < base:  # written by an earlier block of this launch
+            _across_blocks(g, idx, w, t, "reads", sys._getframe(1))
+        reads = g.reads
+        r = reads.get(idx)
+        if r != gt:
+            if r is not None and r < base:
+                g.earlier_reads[idx] = r
+            reads[idx] = gt
+    else:
+        g.reads[idx] = gt
     return value
 
 
 def _global_put(self, idx, value):
-    t = _current()
+    kind = type(idx)
+    if kind is int:
+        if idx < 0:
+            _reject_negative(idx)
+    elif kind is tuple:
+        try:
+            fine = min(idx) >= 0
+        except (TypeError, ValueError):
+            fine = False
+        if not fine:
+            _check_index(idx)
+    else:
+        _check_index(idx)
+    d = self.__dict__
+    t = _RUNNING[0]
     if t is not None:
-        reads = t.__dict__.get("_simdebug_reads")
-        if reads is not None:
-            try:
-                key = (id(self._item._ary), idx)
-                rmw = key in reads
-            except TypeError:
-                rmw = False
-            if rmw and not _in_atomic:
-                _global_rmw(self, idx, key, t)
-    _originals["put"](self, idx, value)
+        g = d.get("_g")
+        if g is None:
+            g = _array_state(self)
+        if g is not False:
+            gt = t.gt
+            r = g.reads.get(idx)
+            if r == gt:
+                _read_modify_write(g, idx, t, sys._getframe(1))
+            if g.blocks:
+                m = t._manager
+                base = m.base
+                if r is not None and r < base:
+                    _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1), first="read")
+                if g.earlier_reads:
+                    r = g.earlier_reads.get(idx)
+                    if r is not None:
+                        _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1),
+                                       first="read")
+                w = g.writes.get(idx)
+                if w is not None and w[0] < base and not _same_bits(d["_a"][idx], value):
+                    _across_blocks(g, idx, w, t, "writes", sys._getframe(1))
+                f = sys._getframe(1)
+                g.writes[idx] = (gt, m.fences, f.f_code, f.f_lasti)
+    d["_a"][idx] = value
 
 
-def _global_rmw(array, idx, key, t):
-    launch = _current_launch()
-    if not launch.races:
-        return
-    m = _manager(t)
-    block, gen = m.grid_point, m.barrier_generation
-    f = _caller()
-    other = launch.rmw.get(key)
-    if other is not None and not (other[0] == block and other[1] == t.thread_id):
-        if other[0] != block or other[2] == gen:
-            why = ("they are in different blocks, which nothing orders" if other[0] != block
-                   else "no cuda.syncthreads() separates them")
-            name = _kernel_arg_name(array, f)
-            raise RaceError(
-                f"global-memory race: two threads of one launch read-modify-write {name}[{_show_index(idx)}] "
-                f"without an atomic, and {why}:\n"
-                f"  thread {other[5]} of block {tuple(other[0])} at {_where(other[3], other[4])}\n"
-                f"  thread {_thread_point(t)} of block {_grid_point(m)} at {_where(f.f_code, f.f_lineno)}\n"
-                f"On a GPU both read the old value and one update is lost. Use cuda.atomic.add({name}, "
-                f"{_show_index(idx)}, value) (or another cuda.atomic.*), or give each thread its own element "
-                "and combine them in a second step.")
-    launch.rmw[key] = (block, t.thread_id, gen, f.f_code, f.f_lineno, _thread_point(t))
+def _wrap_view(wrapper, value):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+
+    return FakeWithinKernelCUDAArray(FakeCUDAArray(value, stream=wrapper.__dict__["_item"].stream))
 
 
-def _kernel_arg_name(array, frame) -> str:
+def _thread_in_launch(order, gt) -> tuple:
+    """(threadIdx, blockIdx) of the thread numbered `gt` in the launch."""
+    ordinal, tid = divmod(gt, order.nthreads)
+    bx, by = order.block_dim[0], order.block_dim[1]
+    return (tid % bx, tid // bx % by, tid // (bx * by)), tuple(order.blocks[ordinal])
+
+
+def _site(code, lasti) -> str:
+    if code.co_filename in _SKIP_FILES:
+        return "(a line of the kernel)"
+    line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln is not None), None)
+    return _where(code, line) if line is not None else f"{code.co_filename} ({code.co_name})"
+
+
+def _across_blocks(g, idx, earlier, t, op: str, frame, first: str = "write"):
+    """`t` accesses an element that a thread of an earlier block accessed (at least one of them writing).
+    On a GPU the blocks may run in either order or at once, unless the first block published its access with
+    a fence after it and the second synchronised (a fence or an atomic) before its own."""
+    order = _launch.order
+    m = t._manager
+    earlier_gt, earlier_fences, code, lasti = earlier
+    fenced = order.fences[earlier_gt // order.nthreads]
+    if (fenced > earlier_fences if earlier_fences is not None else fenced > 0) and m.syncs > 0:
+        return  # ordered through memory: threadfence after the first access (for a read, the line and the
+        #         time of which are not kept: any fence of its block), a fence or atomic before this one
+    frame = _kernel_frame(frame)
+    thread_a, block_a = _thread_in_launch(order, earlier_gt)
+    name = _kernel_arg_name(g.ary, frame)
+    where = f"{name}[{_show_index(idx)}]"
+    if first == "write" and op == "writes":
+        what = (f"two blocks of one launch write different values to {where}; which one is left depends on "
+                "which block runs last, and nothing orders them")
+    elif first == "write":
+        what = (f"block {_grid_point(m)} reads {where}, which block {block_a} of the same launch wrote; on a "
+                "GPU this read may come before or after that write")
+    else:
+        what = (f"block {_grid_point(m)} writes {where}, which block {block_a} of the same launch read; on a "
+                "GPU that read may come before or after this write")
+    raise RaceError(
+        f"global-memory race between blocks: {what}, because they are in different blocks, which nothing "
+        f"orders:\n"
+        f"  thread {thread_a} of block {block_a} {first + 's':6} it "
+        f"{'at ' + _site(code, lasti) if code is not None else '(earlier in the simulated run)'}\n"
+        f"  thread {_thread_point(t)} of block {_grid_point(m)} {op:6} it at {_where(frame.f_code, frame.f_lineno)}\n"
+        "Blocks run in no defined order (the simulator draws one from its schedule's seed). Pass values from "
+        "block to block through a second launch; or publish them: write the value, cuda.threadfence(), then "
+        "set a flag with cuda.atomic.exch, and read the flag with an atomic, cuda.threadfence(), then the "
+        "value, in a block that can only wait for blocks that started before it (a ticket from "
+        f"cuda.atomic.add). If several blocks add into it, use cuda.atomic.add({name}, {_show_index(idx)}, "
+        "value).")
+
+
+def _read_modify_write(g, idx, t, frame):
+    """`t` writes an element it read: a read-modify-write. Two of them on one element by threads of one block
+    in one barrier interval lose an update on a GPU (two blocks are reported as a race between blocks)."""
+    m = t._manager
+    gen = m.barrier_generation
+    other = g.rmw.get(idx)
+    gt = t.gt
+    if other is not None and other[0] != gt and (other[0] < m.base or other[1] == gen):
+        frame = _kernel_frame(frame)
+        order = _launch.order
+        thread_a, block_a = _thread_in_launch(order, other[0])
+        why = ("they are in different blocks, which nothing orders" if other[0] < m.base
+               else "no cuda.syncthreads() separates them")
+        name = _kernel_arg_name(g.ary, frame)
+        raise RaceError(
+            f"global-memory race: two threads of one launch read-modify-write {name}[{_show_index(idx)}] "
+            f"without an atomic, and {why}:\n"
+            f"  thread {thread_a} of block {block_a} at {_site(other[2], other[3])}\n"
+            f"  thread {_thread_point(t)} of block {_grid_point(m)} at {_where(frame.f_code, frame.f_lineno)}\n"
+            f"On a GPU both read the old value and one update is lost. Use cuda.atomic.add({name}, "
+            f"{_show_index(idx)}, value) (or another cuda.atomic.*), or give each thread its own element "
+            "and combine them in a second step.")
+    frame = _kernel_frame(frame)
+    g.rmw[idx] = (gt, gen, frame.f_code, frame.f_lasti)
+
+
+def _kernel_arg_name(ary, frame) -> str:
     for name, value in frame.f_locals.items():
-        if value is array:
+        d = getattr(value, "__dict__", None)
+        if type(d) is dict and d.get("_a") is ary:
             return name
     return "the array"
 
@@ -657,7 +815,17 @@ ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min
 # --- switching it on and off ------------------------------------------------------------------------
 
 _installed = False
-_listener = None
+_launch_hooked = False
+
+
+def _on_launch_start(order):
+    if _installed:
+        _launch_started(order)
+
+
+def _on_launch_end(order):
+    if _installed:
+        _launch_ended(order)
 
 
 def installed() -> bool:
@@ -667,7 +835,7 @@ def installed() -> bool:
 def install(force: bool = False):
     """Switch the debugger on for this simulator process (idempotent; ``import lib`` calls it). Does
     nothing on a GPU, or when the environment says ``CUDA_BOOK_SIMDEBUG=0`` (unless `force`)."""
-    global _installed, _current, _kernel_module, _listener
+    global _installed, _current, _launch_hooked
     if _installed:
         return
     if not force and os.environ.get(ENV_SWITCH, "1").strip() == "0":
@@ -676,14 +844,16 @@ def install(force: bool = False):
 
     if not config.ENABLE_CUDASIM:
         return
-    from numba.cuda.simulator import kernel as simkernel, kernelapi
+    from numba.cuda.simulator import kernelapi
     from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
 
     from . import simulator
 
     simulator.install()
     _current = simulator.current_thread
-    _kernel_module = simkernel
+    if not _launch_hooked:
+        simulator.add_launch_listener(_on_launch_start, _on_launch_end)
+        _launch_hooked = True
     _SKIP_FILES.update({kernelapi.__file__, simulator.__file__,
                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "tracer.py")})
     _originals.update(
@@ -697,18 +867,12 @@ def install(force: bool = False):
     FakeWithinKernelCUDAArray.__setitem__ = _global_put
     for name, fn in _originals["atomics"].items():
         setattr(kernelapi.FakeCUDAAtomic, name, _wrap_atomic(fn))
-    try:
-        from . import launches
-
-        _listener = launches.add_listener(_on_launch)
-    except Exception:  # without launch hooks every launch checks races (no opt-outs)
-        _listener = None
     _installed = True
 
 
 def uninstall():
     """Switch the debugger off (the simulator as numba and lib.simulator make it)."""
-    global _installed, _listener, _launch
+    global _installed
     if not _installed:
         return
     from numba.cuda.simulator import kernelapi
@@ -720,10 +884,7 @@ def uninstall():
     FakeWithinKernelCUDAArray.__setitem__ = _originals["put"]
     for name, fn in _originals["atomics"].items():
         setattr(kernelapi.FakeCUDAAtomic, name, fn)
-    if _listener is not None:
-        _listener.remove()
-        _listener = None
-    _launch = _NO_LAUNCH
+    _launch_ended(None)
     _installed = False
 
 

@@ -58,7 +58,10 @@ This relies on private classes of numba-cuda's simulator (``BlockManager``, ``Fa
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import operator
+import os
 import sys
 import threading
 from collections import deque
@@ -71,6 +74,10 @@ SUPPORTED_NUMBA_CUDA = "0.30."
 FULL_MASK = 0xFFFFFFFF
 WARP = 32
 _POISON_INT = 0xDEADBEEF
+
+
+_RUNNING: list = [None]  # the simulated thread running now (one kernel runs at a time); lib.simdebug's hot path
+_by_rank = operator.attrgetter("rank")
 
 
 class SimulatorError(RuntimeError):
@@ -221,6 +228,8 @@ class SimThread:
         self.blockIdx = block_idx
         self.threadIdx = _Dim3(*thread_idx)
         self.thread_id = thread_id
+        self.gt = manager.base + thread_id  # number in the launch: blocks in the order they ran, then thread id
+        self.rank = thread_id               # position in the block's run order (set by the schedule)
         self.exception = None
         self.greenlet = None
         self.ident = manager.ident
@@ -290,6 +299,11 @@ class FastBlockManager:
         self._hub = None
         self._threads: list[SimThread] = []
         self._active = threading._active  # current_thread() reads it: the running simulated thread goes there
+        self.launch: LaunchSchedule | None = None  # set by the launch that runs this block
+        self.ordinal = 0                # this block's place in the launch's run order
+        self.base = 0                   # ordinal * threads per block: the first `gt` of this block
+        self.fences = 0                 # threadfence() / threadfence_system() calls of this block so far
+        self.syncs = 0                  # fences and global atomics of this block so far
 
     # --- public: for the debugger and other tools ----------------------------------------------
     def warp_seq(self, w: int) -> int:
@@ -326,18 +340,26 @@ class FastBlockManager:
             t.greenlet = greenlet.greenlet(self._thread_main, self._hub)
         for start, _ in _block_listeners:
             start(self)
-        self._ready.extend(threads)
+        if self.launch is not None:  # the order the threads first run in, drawn from the launch's seed
+            order = [threads[i] for i in self.launch.thread_order(self.nthreads)]
+            for rank, t in enumerate(order):
+                t.rank = rank
+        else:
+            order = threads
+        self._ready.extend(order)
         active = self._active
         me = active.get(self.ident)
         try:
             while self._ready and self._error is None:
                 t = self._ready.popleft()
-                active[self.ident] = t
+                active[self.ident] = _RUNNING[0] = t
                 t.greenlet.switch(t, args)  # returns when a thread exits, or when nobody is ready
                 active[self.ident] = me
+                _RUNNING[0] = None
             if self._error is None and self.live:
                 self._report_deadlock()
         finally:
+            _RUNNING[0] = None
             if me is None:
                 active.pop(self.ident, None)
             else:
@@ -375,7 +397,7 @@ class FastBlockManager:
         ready = self._ready
         if ready and ready[0].greenlet:  # started: switch to it where it waits
             t = ready.popleft()
-            self._active[self.ident] = t
+            self._active[self.ident] = _RUNNING[0] = t
             t.greenlet.switch()
         else:  # a thread's first start is the scheduler's (a greenlet started here would inherit this one's
             self._hub.switch()  # Python recursion depth), as are the end and a deadlock
@@ -418,7 +440,7 @@ class FastBlockManager:
         self._barrier_values = [0, 0]
         self._barrier_waiting = []
         self.barrier_generation += 1
-        waiting.sort(key=lambda th: th.thread_id)
+        waiting.sort(key=_by_rank)  # they go on in the block's run order
         for th in waiting:
             self._wake(th, self.warps[th.thread_id // WARP])
 
@@ -457,12 +479,13 @@ class FastBlockManager:
         warp.seq += 1
         warp.history.append((warp.seq, sum(1 << lane for lane in arrived)))
         warp.pending.remove(rv)
-        self._wake_lanes(warp, sorted(arrived))
+        self._wake_lanes(warp, arrived)
 
     def _wake_lanes(self, warp: _Warp, lanes):
         first = warp.index * WARP
-        for lane in lanes:
-            self._wake(self._threads[first + lane], warp)
+        threads = self._threads
+        for t in sorted((threads[first + lane] for lane in lanes), key=_by_rank):  # in the block's run order
+            self._wake(t, warp)
 
     def activemask(self, t: SimThread, site):
         """The lanes of the warp that reach this call site together: wait until every live lane of the
@@ -482,7 +505,7 @@ class FastBlockManager:
         calls, warp.activemask_calls = warp.activemask_calls, {}
         for rv in calls.values():
             rv.results = sum(1 << lane for lane in rv.operands)
-            self._wake_lanes(warp, sorted(rv.operands))
+            self._wake_lanes(warp, rv.operands)
 
     def _thread_exited(self, t: SimThread):
         self.live.discard(t)
@@ -494,6 +517,128 @@ class FastBlockManager:
         self._release_barrier_if_complete()
         if warp.activemask_calls:
             self._settle_activemask(warp)
+
+
+# --- the schedule: the order blocks and threads run in, drawn from a seed ---------------------------------
+SEED_ENV = "CUDA_BOOK_SCHEDULE_SEED"
+DEFAULT_SEED = 0
+
+
+def _check_seed(seed) -> tuple:
+    """The seed as numpy's SeedSequence entropy: a non-negative int or a non-empty sequence of them."""
+    words = tuple(seed) if isinstance(seed, (tuple, list)) else (seed,)
+    if not words or not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0
+                            for w in words):
+        raise ValueError(f"a schedule seed is a non-negative integer or a sequence of them, got {seed!r}")
+    return tuple(int(w) for w in words)
+
+
+class Schedule:
+    """The order of every launch made while it is the current schedule: launch k (counted from 0 since
+    the schedule was set) runs its blocks in a random order, and the threads of each block in a random
+    order, both drawn from (seed, k). The same seed and the same sequence of launches give the same
+    order again: that is how a failure is replayed."""
+
+    def __init__(self, seed):
+        self.seed = seed
+        self._words = _check_seed(seed)
+        self.launches = 0
+
+    def next_launch(self, grid_dim, block_dim) -> "LaunchSchedule":
+        index = self.launches
+        self.launches += 1
+        return LaunchSchedule(self.seed, index, np.random.default_rng([*self._words, index]), grid_dim,
+                              block_dim)
+
+    def __repr__(self):
+        return f"Schedule(seed={self.seed!r}, launches so far={self.launches})"
+
+
+class LaunchSchedule:
+    """One launch's order: ``blocks`` (the grid points in the order they run, one block after another) and,
+    drawn as each block starts, the order of its threads. ``fences[ordinal]`` / ``syncs[ordinal]`` are the
+    counts of a finished block's fences and fences + global atomics (for lib.simdebug)."""
+
+    def __init__(self, seed, index: int, rng, grid_dim, block_dim):
+        self.seed, self.index, self._rng = seed, index, rng
+        self.grid_dim, self.block_dim = tuple(grid_dim), tuple(block_dim)
+        self.nthreads = int(np.prod(self.block_dim))
+        nblocks = int(np.prod(self.grid_dim))
+        order = rng.permutation(nblocks)
+        self.blocks = list(zip(*(axis.tolist() for axis in np.unravel_index(order, self.grid_dim))))
+        self.fences = [0] * nblocks
+        self.syncs = [0] * nblocks
+        self.fn = None  # the kernel's Python function
+
+    def thread_order(self, n: int) -> list:
+        """Thread ids of a block in the order they first run (and go on after a barrier or collective)."""
+        return self._rng.permutation(n).tolist() if n > 1 else list(range(n))
+
+    def describe(self, blocks_shown: int = 8) -> str:
+        shown = ", ".join(str(b) for b in self.blocks[:blocks_shown])
+        more = f", ... ({len(self.blocks)} blocks)" if len(self.blocks) > blocks_shown else ""
+        return (f"simulator schedule: seed {self.seed!r}, launch {self.index} of that schedule; blocks ran in "
+                f"the order {shown}{more}, the threads of each block in an order of their own. Replay: "
+                f"`with lib.simulator.schedule_seed({self.seed!r}):` around the same calls")
+
+
+def _default_schedule() -> Schedule:
+    text = os.environ.get(SEED_ENV, "").strip()
+    if not text:
+        return Schedule(DEFAULT_SEED)
+    try:
+        return Schedule(int(text))
+    except ValueError:
+        raise SimulatorError(f"{SEED_ENV} must be a non-negative integer, got {text!r}") from None
+
+
+_schedule: Schedule | None = None
+_last_launch: LaunchSchedule | None = None
+
+
+def current_schedule() -> Schedule:
+    """The schedule the next launch draws its order from (the process default: seed ``DEFAULT_SEED``, or
+    ``CUDA_BOOK_SCHEDULE_SEED`` from the environment)."""
+    global _schedule
+    if _schedule is None:
+        _schedule = _default_schedule()
+    return _schedule
+
+
+def set_schedule_seed(seed) -> Schedule:
+    """Make a fresh schedule with this seed the current one (its launches are counted from 0); returns the
+    schedule it replaces."""
+    global _schedule
+    previous = current_schedule()
+    _schedule = Schedule(seed)
+    return previous
+
+
+@contextlib.contextmanager
+def schedule_seed(seed):
+    """``with schedule_seed(seed):`` the launches inside run in the order drawn from `seed` (a non-negative
+    int or a sequence of them, e.g. ``[case_seed, case_number]``), counted from launch 0; the schedule
+    before is restored afterwards. Running the same calls under the same seed replays the same order."""
+    global _schedule
+    previous = set_schedule_seed(seed)
+    try:
+        yield _schedule
+    finally:
+        _schedule = previous
+
+
+def last_launch() -> LaunchSchedule | None:
+    """The order of the most recent launch (seed, launch index, block order)."""
+    return _last_launch
+
+
+_launch_listeners: list[tuple] = []
+
+
+def add_launch_listener(start, end):
+    """Call ``start(launch_schedule)`` before a launch's first block and ``end(launch_schedule)`` after its
+    last one (also when it failed)."""
+    _launch_listeners.append((start, end))
 
 
 # --- the public functions -----------------------------------------------------------------------------
@@ -577,60 +722,74 @@ INTRINSICS = {
 
 
 def _reject_negative(index):
-    idx = index if isinstance(index, tuple) else (index,)
-    for i in idx:
-        if isinstance(i, (int, np.integer)) and i < 0:
-            raise IndexError(
-                f"negative index {index} into a global array. numba's compiled code would wrap it like numpy "
-                "(a[-1] is the last element), but in a kernel a negative index is almost always an index "
-                "computed below zero, so the book's simulator refuses it on purpose; write a[n - 1] if you "
-                "mean the last element")
+    raise IndexError(
+        f"negative index {index} into a global array. numba's compiled code would wrap it like numpy "
+        "(a[-1] is the last element), but in a kernel a negative index is almost always an index "
+        "computed below zero, so the book's simulator refuses it on purpose; write a[n - 1] if you "
+        "mean the last element")
 
 
 _INTEGERS = (int, np.integer)
 
 
+def check_index(idx):
+    """The slow path of a global element access's index check (slices, numpy integers, anything unusual):
+    refuse a negative integer index."""
+    for i in idx if type(idx) is tuple else (idx,):
+        if isinstance(i, _INTEGERS) and i < 0:
+            _reject_negative(idx)
+
+
 def _global_element_access():
     """Global array accesses inside kernels: refuse negative indices, and go straight to the numpy array
-    (numba's wrapper goes through three Python calls per element, most of a loop-heavy kernel's time)."""
+    (numba's wrapper goes through three Python calls per element, most of a loop-heavy kernel's time).
+    Each wrapper keeps its numpy array as ``_a`` (lib.simdebug's accessors read it too)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
 
-    def check(idx):  # the slow path: slices, numpy integers, anything unusual
-        for i in idx if type(idx) is tuple else (idx,):
-            if isinstance(i, _INTEGERS) and i < 0:
-                _reject_negative(idx)
+    def __init__(self, item):
+        if not isinstance(item, FakeCUDAArray):
+            raise TypeError(f"FakeWithinKernelCUDAArray wraps a FakeCUDAArray, got {type(item).__name__}")
+        d = self.__dict__
+        d["_item"] = item
+        d["_a"] = item._ary
 
     # The common cases are checked inline, in as few Python steps as possible: this runs for every element.
     def __getitem__(self, idx):
         kind = type(idx)
-        if kind is tuple:
+        if kind is int:
+            if idx < 0:
+                _reject_negative(idx)
+        elif kind is tuple:
             try:
                 fine = min(idx) >= 0  # integers only, none negative: in C
             except (TypeError, ValueError):  # a slice in it, or ()
                 fine = False
             if not fine:
-                check(idx)
-        elif kind is not int or idx < 0:
-            check(idx)
-        item = self._item
-        ret = item._ary[idx]
+                check_index(idx)
+        else:
+            check_index(idx)
+        ret = self._a[idx]
         if type(ret) is np.ndarray or type(ret) is np.void:  # a view (slice, record): wrapped as numba does
-            return FakeWithinKernelCUDAArray(FakeCUDAArray(ret, stream=item.stream))
+            return FakeWithinKernelCUDAArray(FakeCUDAArray(ret, stream=self._item.stream))
         return ret
 
     def __setitem__(self, idx, val):
         kind = type(idx)
-        if kind is tuple:
+        if kind is int:
+            if idx < 0:
+                _reject_negative(idx)
+        elif kind is tuple:
             try:
                 fine = min(idx) >= 0
             except (TypeError, ValueError):
                 fine = False
             if not fine:
-                check(idx)
-        elif kind is not int or idx < 0:
-            check(idx)
-        self._item._ary[idx] = val
+                check_index(idx)
+        else:
+            check_index(idx)
+        self._a[idx] = val
 
+    FakeWithinKernelCUDAArray.__init__ = __init__
     FakeWithinKernelCUDAArray.__getitem__ = __getitem__
     FakeWithinKernelCUDAArray.__setitem__ = __setitem__
 
@@ -659,6 +818,186 @@ def _fast_static_shared_arrays():
     FakeCUDAShared.array = array
 
 
+# --- launches: the order, what a kernel sees (cuda, math), forall, atomics, fences -----------------------
+class _KernelView:
+    """What the functions of one launch see while it runs: the simulator's per-launch ``cuda`` module instead
+    of numba.cuda, and the IEEE twins of :mod:`math` (:mod:`lib.simmath`) instead of Python's, in their
+    globals (as numba swaps ``cuda``) and also in their closure cells (GPU-Puzzles hands ``numba.cuda`` to
+    a factory whose inner function is the kernel). Each globals dict and cell is swapped once per launch,
+    when the kernel or a device function it calls is first entered, and restored when the launch ends."""
+
+    def __init__(self, fake_cuda):
+        from numba import cuda
+
+        from . import simmath
+
+        self.fake = fake_cuda
+        self.replace = {id(cuda): (cuda, fake_cuda), id(math): (math, simmath.MODULE)}
+        for original, twin in simmath.TWINS.items():
+            self.replace[id(original)] = (original, twin)
+        self.globals_done: set = set()
+        self.undo: list = []   # (dict, name, original) and (cell, None, original)
+
+    def enter(self, fn):
+        g = getattr(fn, "__globals__", None)
+        if g is not None and id(g) not in self.globals_done:
+            self.globals_done.add(id(g))
+            replace = self.replace
+            for name, value in list(g.items()):
+                hit = replace.get(id(value))
+                if hit is not None and hit[0] is value:
+                    g[name] = hit[1]
+                    self.undo.append((g, name, value))
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            hit = self.replace.get(id(value))
+            if hit is not None and hit[0] is value:
+                cell.cell_contents = hit[1]
+                self.undo.append((cell, None, value))
+
+    def restore(self):
+        for target, name, original in reversed(self.undo):
+            if name is None:
+                target.cell_contents = original
+            else:
+                target[name] = original
+        self.undo = []
+
+
+_view: _KernelView | None = None
+
+
+def _fake_argument(kernel, arg, retr):
+    """numba's FakeCUDAKernel.__call__.fake_arg: the extensions, then device copies of host arrays."""
+    from numba.cuda.simulator.args import ArgHint, InOut
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+
+    for extension in kernel.extensions:
+        _, arg = extension.prepare_args(None, arg, stream=0, retr=retr)
+    if isinstance(arg, np.ndarray) and arg.ndim > 0:
+        ret = InOut(arg).to_device(retr)
+    elif isinstance(arg, ArgHint):
+        ret = arg.to_device(retr)
+    elif isinstance(arg, np.void):
+        ret = FakeCUDAArray(arg)
+    else:
+        ret = arg
+    if isinstance(ret, FakeCUDAArray):
+        return FakeWithinKernelCUDAArray(ret)
+    return ret
+
+
+def _simulated_call(self, *args):
+    """FakeCUDAKernel.__call__: a launch runs its blocks one after another in the order of the current
+    :class:`Schedule`; a device function (or a kernel called from a kernel) is a plain call."""
+    global _view, _last_launch
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    if self._device or simkernel._kernel_context:
+        if _view is not None:
+            _view.enter(self.fn)
+        return self.fn(*args)
+    for what, dims in (("grid", self.grid_dim), ("block", self.block_dim)):  # normalised 3-tuples
+        if dims is not None and min(dims) < 1:
+            raise ValueError(f"LaunchConfig.{what} values must be >= 1 (got {tuple(dims)}), as a GPU "
+                             "says it: a launch needs at least one block of one thread")
+    from numba.cuda.errors import normalize_kernel_dimensions
+
+    grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+    fake_cuda = FakeCUDAModule(grid_dim, block_dim, self.dynshared_size)
+    with simkernel._push_kernel_context(fake_cuda):
+        retr = []
+        fake_args = [_fake_argument(self, arg, retr) for arg in args]
+        order = _last_launch = current_schedule().next_launch(grid_dim, block_dim)
+        order.fn = self.fn
+        view = _view = _KernelView(fake_cuda)
+        for start, _ in _launch_listeners:
+            start(order)
+        try:
+            view.enter(self.fn)
+            nthreads = order.nthreads
+            for ordinal, grid_point in enumerate(order.blocks):
+                bm = FastBlockManager(self.fn, grid_dim, block_dim, self._debug)
+                bm.launch, bm.ordinal, bm.base = order, ordinal, ordinal * nthreads
+                bm.run(grid_point, *fake_args)
+                order.fences[ordinal], order.syncs[ordinal] = bm.fences, bm.syncs
+        except Exception as exc:
+            if len(order.blocks) > 1 or order.nthreads > 1:
+                exc.add_note(order.describe())
+            raise
+        finally:
+            _view = None
+            view.restore()
+            for _, end in _launch_listeners:
+                end(order)
+        for wb in retr:
+            wb()
+
+
+def _forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
+    """numba's simulator forall, except that 0 tasks launch nothing (a GPU's ForAll returns at once)."""
+    if ntasks < 0:
+        raise ValueError("Can't create ForAll with negative task count: %s" % ntasks)
+    if ntasks == 0:
+        return _no_launch
+    return self[ntasks, 1, stream, sharedmem]
+
+
+def _no_launch(*args):
+    return None
+
+
+def _fence():
+    """threadfence() / threadfence_system(): counted per block (lib.simdebug orders blocks by them)."""
+    t = _RUNNING[0]
+    if t is not None:
+        m = t._manager
+        m.fences += 1
+        m.syncs += 1
+
+
+def _fence_block():
+    pass  # orders nothing between blocks; within a block the scheduler already runs one thread at a time
+
+
+def _direct_atomics():
+    """cuda.atomic.* on a global array goes straight to its numpy array (numba's go through the array
+    wrapper's element access three times), refuses a negative index as element accesses do, and counts
+    toward its block's synchronisation (lib.simdebug). Shared and local arrays keep numba's path."""
+    from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
+
+    def wrap(fn, indexed=True):
+        def atomic(self, array, *args):
+            if type(array) is FakeWithinKernelCUDAArray:
+                if indexed:
+                    index = args[0]
+                    if type(index) is not int or index < 0:
+                        check_index(index)
+                array = array._a
+                t = _RUNNING[0]
+                if t is not None:
+                    t._manager.syncs += 1
+            return fn(self, array, *args)
+
+        atomic.__name__ = fn.__name__
+        atomic.__wrapped__ = fn
+        return atomic
+
+    cls = kernelapi.FakeCUDAAtomic
+    for name in ATOMICS:
+        fn = getattr(cls, name, None)
+        if fn is not None:
+            setattr(cls, name, wrap(fn, indexed=name != "compare_and_swap"))
+
+
+ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax", "nanmin",
+           "compare_and_swap", "cas")
+
 _installed = False
 
 
@@ -680,32 +1019,15 @@ def install():
     from numba.cuda.simulator import kernel, kernelapi
 
     kernel.BlockManager = FastBlockManager
+    kernel.FakeCUDAKernel.__call__ = _simulated_call
+    kernel.FakeCUDAKernel.forall = _forall
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
+    kernelapi.FakeCUDAModule.threadfence = staticmethod(_fence)
+    kernelapi.FakeCUDAModule.threadfence_system = staticmethod(_fence)
+    kernelapi.FakeCUDAModule.threadfence_block = staticmethod(_fence_block)
     _global_element_access()
     _fast_static_shared_arrays()
-    _refuse_empty_launches(kernel.FakeCUDAKernel)
+    _direct_atomics()
     _installed = True
-
-
-def _refuse_empty_launches(kernel_class):
-    """A grid or block with a 0 (e.g. a block count rounded down for a small n) is an error on a GPU, raised by
-    cuda.core when the kernel is launched; numba's simulator would run no thread and say nothing."""
-    call = kernel_class.__call__
-
-    def __call__(self, *args):
-        if not self._device and not _kernel_context_active():
-            for what, dims in (("grid", self.grid_dim), ("block", self.block_dim)):  # normalised 3-tuples
-                if dims is not None and min(dims) < 1:
-                    raise ValueError(f"LaunchConfig.{what} values must be >= 1 (got {tuple(dims)}), as a GPU "
-                                     "says it: a launch needs at least one block of one thread")
-        return call(self, *args)
-
-    kernel_class.__call__ = __call__
-
-
-def _kernel_context_active() -> bool:
-    from numba.cuda.simulator import kernel
-
-    return bool(kernel._kernel_context)

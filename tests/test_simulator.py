@@ -12,6 +12,7 @@ import sys
 if "numba.cuda" not in sys.modules:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -1017,7 +1018,9 @@ def test_block_listener_sees_every_block_start_and_end():
         launch(_api_probe, 2, 64, np.zeros((2, 64, 3), np.int64), np.zeros((2, 64, 3), np.int64))
     finally:
         simulator._block_listeners.pop()
-    assert events == [("start", (0, 0, 0)), ("end", (0, 0, 0)), ("start", (1, 0, 0)), ("end", (1, 0, 0))]
+    assert [kind for kind, _ in events] == ["start", "end", "start", "end"]
+    assert events[0][1] == events[1][1] and events[2][1] == events[3][1]  # one block after another
+    assert {events[0][1], events[2][1]} == {(0, 0, 0), (1, 0, 0)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1070,18 +1073,29 @@ def test_an_async_exception_stops_a_kernel_stuck_in_a_loop():
     assert simulator.current_thread() is None
 
 
-def test_schedule_is_thread_id_order_and_deterministic():
-    order = []
+def test_schedule_is_drawn_from_the_seed_and_replays():
+    """Threads start in an order drawn from the schedule's seed (not thread-id order, which a GPU does not
+    promise), go on after a barrier in the same order, and the same seed replays it."""
+    def run(seed):
+        order = []
 
-    @simulator_only
-    @cuda.jit
-    def k():
-        order.append((0, simulator.current_thread().thread_id))
-        cuda.syncthreads()
-        order.append((1, simulator.current_thread().thread_id))
+        @simulator_only
+        @cuda.jit
+        def k():
+            order.append((0, simulator.current_thread().thread_id))
+            cuda.syncthreads()
+            order.append((1, simulator.current_thread().thread_id))
 
-    launch(k, 1, (4, 2, 2))
-    assert order == [(phase, t) for phase in range(2) for t in range(16)]
+        with simulator.schedule_seed(seed):
+            launch(k, 1, (4, 2, 2))
+        return order
+
+    first = run(7)
+    ids = [t for phase, t in first if phase == 0]
+    assert sorted(ids) == list(range(16)) and ids != list(range(16))
+    assert first == [(phase, t) for phase in range(2) for t in ids]  # the barrier keeps the order
+    assert run(7) == first
+    assert run(8) != first
 
 
 @cuda.jit
@@ -1108,9 +1122,16 @@ def print_kernel():
 
 
 def test_print_from_kernels_comes_in_the_schedules_order(capsys):
-    launch(print_kernel, 2, 32)
+    with simulator.schedule_seed(3):
+        launch(print_kernel, 2, 32)
+        order = simulator.last_launch()
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"thread {t} of block {b}" for b in range(2) for t in range(3)]
+    assert sorted(lines) == sorted(f"thread {t} of block {b}" for b in range(2) for t in range(3))
+    blocks = [int(line.split()[-1]) for line in lines]
+    assert blocks == sorted(blocks, key=[b[0] for b in order.blocks].index)  # block by block, in run order
+    with simulator.schedule_seed(3):
+        launch(print_kernel, 2, 32)
+    assert capsys.readouterr().out.splitlines() == lines
 
 
 @cuda.jit
@@ -1137,7 +1158,8 @@ def test_debug_kernels_raise_on_division_by_zero_and_leave_the_caller_s_settings
 
     before = np.geterr()
     err, _ = launch_error(k, 1, 32, np.zeros(32, np.float32), np.zeros(32, np.float32))
-    assert isinstance(err, FloatingPointError) and "tid=[0, 0, 0]" in str(err), repr(err)
+    assert isinstance(err, FloatingPointError) and re.match(r"tid=\[\d+, 0, 0\] ctaid=\[0, 0, 0\]", str(err)), \
+        repr(err)
     assert np.geterr() == before
 
 
