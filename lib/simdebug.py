@@ -735,26 +735,26 @@ def _across_blocks(g, idx, earlier, t, op: str, frame, first: str = "write"):
     name = _kernel_arg_name(g.ary, frame)
     where = f"{name}[{_show_index(idx)}]"
     if first == "write" and op == "writes":
-        what = (f"two blocks of one launch write different values to {where}; which one is left depends on "
-                "which block runs last, and nothing orders them")
+        what = (f"blocks {block_a} and {_grid_point(m)} of one launch write different values to {where}: which "
+                "one is left depends on which block runs last")
     elif first == "write":
-        what = (f"block {_grid_point(m)} reads {where}, which block {block_a} of the same launch wrote; on a "
-                "GPU this read may come before or after that write")
+        what = (f"block {_grid_point(m)} reads {where}, which block {block_a} of the same launch wrote: on a "
+                "GPU the read may come before or after that write")
     else:
-        what = (f"block {_grid_point(m)} writes {where}, which block {block_a} of the same launch read; on a "
+        what = (f"block {_grid_point(m)} writes {where}, which block {block_a} of the same launch read: on a "
                 "GPU that read may come before or after this write")
     raise RaceError(
-        f"global-memory race between blocks: {what}, because they are in different blocks, which nothing "
-        f"orders:\n"
+        f"global-memory race between blocks: {what}. The two accesses are in different blocks, and nothing "
+        f"orders them:\n"
         f"  thread {thread_a} of block {block_a} {first + 's':6} it "
-        f"{'at ' + _site(code, lasti) if code is not None else '(earlier in the simulated run)'}\n"
-        f"  thread {_thread_point(t)} of block {_grid_point(m)} {op:6} it at {_where(frame.f_code, frame.f_lineno)}\n"
-        "Blocks run in no defined order (the simulator draws one from its schedule's seed). Pass values from "
-        "block to block through a second launch; or publish them: write the value, cuda.threadfence(), then "
-        "set a flag with cuda.atomic.exch, and read the flag with an atomic, cuda.threadfence(), then the "
-        "value, in a block that can only wait for blocks that started before it (a ticket from "
-        f"cuda.atomic.add). If several blocks add into it, use cuda.atomic.add({name}, {_show_index(idx)}, "
-        "value).")
+        f"{'at ' + _site(code, lasti) if code is not None else '(earlier in this launch)'}\n"
+        f"  thread {_thread_point(t)} of block {_grid_point(m)} {op:6} it at "
+        f"{_where(frame.f_code, frame.f_lineno)}\n"
+        "Blocks run in no defined order (here, in one drawn from the simulator's schedule seed). Pass values "
+        "between blocks through a second launch; or publish them: write the value, cuda.threadfence(), then "
+        "set a flag with cuda.atomic.exch; read the flag with an atomic, cuda.threadfence(), then the value, "
+        "in a block that only waits for blocks that started before it (a ticket from cuda.atomic.add). If "
+        f"several blocks add into it, use cuda.atomic.add({name}, {_show_index(idx)}, value).")
 
 
 def _read_modify_write(g, idx, t, frame):

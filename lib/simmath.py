@@ -26,10 +26,12 @@ with that table when it is there, and with IEEE 754's special values always.
 """
 from __future__ import annotations
 
+import linecache
 import math
 import struct
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 
@@ -242,3 +244,115 @@ MODULE = types.ModuleType("math", "Python's math with the IEEE twins of lib.simm
                                   "on the simulator)")
 MODULE.__dict__.update({k: v for k, v in vars(math).items() if not k.startswith("__")})
 MODULE.__dict__.update({n: _namespace[n] for n in FUNCTIONS})
+
+
+# --- the GPU's table: what libdevice returns, recorded on a GPU, for tests/test_simmath.py -------------------
+TABLE = "simmath.json"  # in data/results/
+ARITY = {"pow": 2, "fmod": 2, "remainder": 2, "hypot": 2, "atan2": 2, "copysign": 2, "nextafter": 2, "ldexp": 2}
+SPECIAL = (0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 1.5, -2.5, 10.0, -10.0, 100.0, -100.0, 1000.0,
+           -1000.0, 89.0, -104.0, 710.0, -746.0, 1e-40, -1e-40, 1e-310, 3e38, -3e38, 1e308, -1e308, 1e-8,
+           0.1, 0.7, 0.999, 1.001, 171.5, 172.0, 35.0, 40.0, INF, -INF, NAN)
+
+
+def table_inputs(name: str, precision: str) -> list[tuple]:
+    """The arguments the table records for `name` in precision 'f' or 'd': IEEE 754's special values and
+    the boundaries where float32 or float64 overflow, in every combination for two-argument functions, and
+    a few ordinary values from a fixed seed. ldexp's second argument is an int32."""
+    rng = np.random.default_rng(list(name.encode()) + [ord(precision)])
+    ordinary = [float(v) for v in rng.uniform(-20, 20, 12)] + [float(v) for v in rng.uniform(0, 3, 8)]
+    values = list(SPECIAL) + ordinary
+    if precision == "f":  # what float32 can hold (1e-310, 1e308 and the like become 0 and inf)
+        values = [to_float32(v) for v in values]
+    if ARITY.get(name, 1) == 1:
+        return [(v,) for v in values]
+    if name == "ldexp":
+        return [(v, e) for v in values[:20] for e in (-1100, -150, -1, 0, 1, 100, 1100)]
+    small = values[:24] + [INF, -INF, NAN]
+    return [(a, b) for a in small for b in small]
+
+
+def _bits(value: float, precision: str) -> str:
+    if precision == "f":
+        return f"{int(np.array(value, np.float32).view(np.uint32)):08x}"
+    return f"{int(np.array(value, np.float64).view(np.uint64)):016x}"
+
+
+def from_bits(text: str) -> float:
+    if len(text) == 8:
+        return float(np.array(int(text, 16), np.uint32).view(np.float32))
+    return float(np.array(int(text, 16), np.uint64).view(np.float64))
+
+
+def record(path=None) -> Path:
+    """Run the GPU's math functions (what numba compiles ``math.<name>`` to) on :func:`table_inputs` and
+    write the results as bit patterns, with the device and versions, to data/results/simmath.json (or
+    `path`). Needs a GPU: ``python -m lib.simmath record``."""
+    import datetime
+    import json
+
+    import numba_cuda
+    from numba import cuda
+
+    from lib import DATA
+
+    device = cuda.get_current_device()  # raises where there is no GPU
+    functions = {}
+    for name in FUNCTIONS:
+        kernel = _make_kernel(name)
+        functions[name] = {}
+        for precision, dtype in (("f", np.float32), ("d", np.float64)):
+            args = table_inputs(name, precision)
+            n = len(args)
+            x = np.array([a[0] for a in args], dtype)
+            if ARITY.get(name, 1) == 2:
+                y = np.array([a[1] for a in args], np.int32 if name == "ldexp" else dtype)
+            else:
+                y = np.zeros(n, dtype)
+            out = np.zeros(n, dtype)
+            out2 = np.zeros(n, np.int32 if name == "frexp" else dtype)
+            kernel[(n + 127) // 128, 128](x, y, out, out2)
+            rows = []
+            for k, a in enumerate(args):
+                shown = [int(v) if (name == "ldexp" and j == 1) else _bits(v, precision) for j, v in enumerate(a)]
+                result = [_bits(float(out[k]), precision)]
+                if name == "frexp":
+                    result.append(int(out2[k]))
+                elif name == "modf":
+                    result.append(_bits(float(out2[k]), precision))
+                rows.append([shown, result])
+            functions[name][precision] = rows
+    raw = getattr(device, "name", "numba's CUDA simulator")  # the simulator's device has no name
+    document = {"device": raw.decode() if isinstance(raw, bytes) else str(raw),
+                "compute_capability": list(device.compute_capability), "numba_cuda": numba_cuda.__version__,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "what": "math.<name>(args) in a numba kernel: float32 ('f') and float64 ('d') arguments and "
+                        "results as IEEE bit patterns (ldexp's exponent and frexp's exponent as ints)",
+                "functions": functions}
+    target = Path(path) if path else DATA / "results" / TABLE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(document, indent=0) + "\n")
+    return target
+
+
+def _make_kernel(name: str):
+    """A kernel applying math.<name> elementwise (compiled for the argument dtypes of the launch)."""
+    from numba import cuda
+
+    if name in ("frexp", "modf"):
+        body = f"        out[i], out2[i] = math.{name}(x[i])\n"
+    elif ARITY.get(name, 1) == 2:
+        body = f"        out[i] = math.{name}(x[i], y[i])\n"
+    else:
+        body = f"        out[i] = math.{name}(x[i])\n"
+    source = f"def apply(x, y, out, out2):\n    i = cuda.grid(1)\n    if i < x.size:\n{body}"
+    space = {"math": math, "cuda": cuda}
+    filename = f"<simmath table: {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for inspect
+    exec(compile(source, filename, "exec"), space)
+    return cuda.jit(space["apply"])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["record"] or len(sys.argv) > 3:
+        sys.exit("usage: python -m lib.simmath record [FILE]   (on a GPU: records the table of its math functions)")
+    print(f"wrote {record(sys.argv[2] if len(sys.argv) > 2 else None)}")
