@@ -1,4 +1,4 @@
-"""The simulator promises no order the GPU does not (lib.simulator's schedule, lib.simdebug's checks between
+"""The simulator promises no order the GPU does not (lib.runtime.simulator's schedule, lib.runtime.simdebug's checks between
 blocks): blocks and threads run in an order drawn from a seed, a replay replays it, atomics hand out values in
 that order, and a block that reads what another block of the same launch wrote (or writes what it read)
 without a fence and a flag is a race. The issue's two wrong kernels, which passed for every seed when blocks
@@ -13,8 +13,8 @@ pytestmark = pytest.mark.skipif(not lib.SIMULATOR, reason="the simulator's sched
 if lib.SIMULATOR:
     from numba import cuda, float32, int32
 
-    from lib import gpucompile, simdebug, simulator
-    from lib.grader import grade
+    from lib.grading.grader import grade
+    from lib.runtime import gpucompile, simdebug, simulator
 
 SEEDS = (0, 1, 2)
 
@@ -82,7 +82,7 @@ def test_an_error_names_its_schedule_and_the_replay_fails_the_same_way():
     err = run()
     note = "\n".join(err.__notes__)
     assert "simulator schedule: seed 11, launch 0 of that schedule" in note
-    assert "lib.simulator.schedule_seed(11)" in note and "tid=[1, 0, 0] ctaid=[3, 0, 0]" in str(err)
+    assert "lib.runtime.simulator.schedule_seed(11)" in note and "tid=[1, 0, 0] ctaid=[3, 0, 0]" in str(err)
     assert run().__notes__ == err.__notes__
 
 

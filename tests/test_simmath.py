@@ -1,6 +1,6 @@
-"""lib.simmath: a kernel's `math` on the simulator gives CUDA's IEEE 754 results (inf, NaN, signed zeros, no
+"""lib.runtime.simmath: a kernel's `math` on the simulator gives CUDA's IEEE 754 results (inf, NaN, signed zeros, no
 Python exceptions), in float32 for float32 arguments; checked against IEEE 754 / C99 Annex F's special values
-here, and against the table recorded on the H200 (data/results/simmath.json, `python -m lib.simmath record`)
+here, and against the table recorded on the H200 (data/results/simmath.json, `python -m lib.runtime.simmath record`)
 when it is there."""
 import json
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lib
-from lib import simmath
+from lib.runtime import simmath
 
 F32 = np.float32
 INF, NAN = math.inf, math.nan
@@ -224,7 +224,7 @@ def _compare_with_table(document) -> list[str]:
 
 
 @pytest.mark.skipif(not TABLE.exists(), reason="data/results/simmath.json is recorded on the H200 "
-                                               "(python -m lib.simmath record); not recorded yet")
+                                               "(python -m lib.runtime.simmath record); not recorded yet")
 def test_the_twins_agree_with_the_table_recorded_on_the_gpu():
     document = json.loads(TABLE.read_text())
     assert set(document["functions"]) == set(simmath.FUNCTIONS)
