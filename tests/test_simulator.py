@@ -1169,7 +1169,9 @@ def test_simbench_finds_its_kernels_and_the_attention_solution_in_its_chapter():
     from tools import simbench
 
     cases = simbench.cases()
-    assert [name for name, _, _ in cases] == ["barriers", "warp_shuffle", "transpose_tiled", "attention"]
+    assert [case[0] for case in cases] == ["grid_stride_add", "grid_stride_add_64_blocks", "barriers", "warp_shuffle",
+                                           "transpose_tiled", "attention"]
+    assert [case[0] for case in cases[:3]] == list(simbench.PLAIN_CASES)  # what --plain times on numba's own
     attention = simbench._attention_solution()
     assert callable(attention) and attention.__module__ == "attention_solution"
 
