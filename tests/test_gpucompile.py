@@ -226,3 +226,132 @@ def test_a_module_of_the_readers_own_travels_as_the_attributes_used():
     x = np.ones(1, np.float32)
     uses_helpers[1, 1](x)
     assert x[0] == 8.0
+
+
+# --- kernels that compile for a GPU and that the check used to refuse (numba-cuda's own tests) -----------
+from collections import namedtuple  # noqa: E402
+
+from numba.cuda.core import config as numba_config  # noqa: E402
+
+
+@cuda.jit("i8(i8)", device=True)
+def fib(n):
+    if n < 2:
+        return n
+    return fib(n - 1) + fib(n - 2)  # calls itself: its globals hold the function being converted
+
+
+@cuda.jit
+def fib_kernel(r, n):
+    r[0] = fib(n)
+
+
+@cuda.jit
+def this_grid(out):
+    """Named like the attribute it uses (cuda.cg.this_grid): an attribute is no global."""
+    g = cuda.cg.this_grid()
+    g.sync()
+    out[0] = 1.0
+
+
+class PlainError(Exception):
+    pass
+
+
+def test_a_recursive_device_function_compiles():
+    r = np.zeros(1, np.int64)
+    fib_kernel[1, 1](r, 10)
+    assert r[0] == 55 and gpucompile.compile_error(fib_kernel, r, 10) is None
+
+
+def test_a_kernel_named_like_an_attribute_it_uses_compiles():
+    out = np.zeros(1)
+    this_grid[1, 1](out)
+    assert out[0] == 1.0 and gpucompile.compile_error(this_grid, out) is None
+
+
+def test_a_namedtuple_class_of_the_caller_travels_as_a_namedtuple():
+    Point = namedtuple("Point", ("x", "y"))   # defined here, in a function: not importable by name
+
+    @cuda.jit
+    def norm1(out, p):
+        out[0] = abs(p.x) + abs(p.y)
+
+    out = np.zeros(1)
+    norm1[1, 1](out, Point(3.0, -4.0))
+    assert out[0] == 7.0 and gpucompile.compile_error(norm1, out, Point(3.0, -4.0)) is None
+
+    @cuda.jit
+    def makes_one(out):
+        q = Point(1.0, 2.0)                    # the class itself, used inside the kernel
+        out[0] = q.x + q.y
+
+    makes_one[1, 1](out)
+    assert out[0] == 3.0 and gpucompile.compile_error(makes_one, out) is None
+
+
+def test_raising_a_user_exception_class_compiles():
+    @cuda.jit(debug=True, opt=False)
+    def check_positive(x):
+        if x[0] < 0:
+            raise PlainError("negative")
+
+    check_positive[1, 1](np.ones(1))
+    assert gpucompile.compile_error(check_positive, np.ones(1)) is None
+    with pytest.raises(PlainError, match="negative"):
+        check_positive[1, 1](-np.ones(1))
+
+
+def test_a_debug_kernel_calling_a_raising_device_function_compiles():
+    """Several PTX modules (numba's compile_ptx refuses; a launch links them, as compile_all does)."""
+    @cuda.jit(device=True)
+    def fails():
+        raise ValueError("device function error")
+
+    @cuda.jit(debug=True, opt=False)
+    def calls_it(flag):
+        if flag[0]:
+            fails()
+
+    assert gpucompile.compile_error(calls_it, np.zeros(1, np.int32)) is None
+
+
+def test_nrt_kernels_compile_when_numba_s_nrt_is_on():
+    @cuda.jit(device=True)
+    def first_five():
+        x = np.empty(10, np.int64)
+        return x[:5]
+
+    @cuda.jit
+    def allocates(out):
+        out[0] = first_five().size
+
+    before = numba_config.CUDA_ENABLE_NRT
+    out = np.zeros(1, np.int64)
+    try:
+        numba_config.CUDA_ENABLE_NRT = True
+        assert gpucompile.compile_error(allocates, out) is None
+    finally:
+        numba_config.CUDA_ENABLE_NRT = before
+    assert gpucompile.compile_error(allocates, out) is not None  # without NRT it does not compile
+
+
+def test_an_overload_registered_here_is_not_checked_rather_than_refused():
+    from numba.cuda.extending import overload
+
+    def twice(v):
+        return 2 * v
+
+    @overload(twice)
+    def _twice(v):
+        return lambda v: 2 * v
+
+    @cuda.jit
+    def doubles(x):
+        x[0] = twice(x[0])
+
+    x = np.ones(1)
+    doubles[1, 1](x)  # runs: the helper process cannot see the overload, so the kernel goes unchecked
+    assert x[0] == 2.0 and gpucompile.compile_error(doubles, x) is None
+    assert any(line.startswith("not checked for a GPU: it calls") and "@overload registered in this process"
+               in line for line in gpucompile.PROBLEMS)

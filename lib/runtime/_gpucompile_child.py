@@ -6,7 +6,8 @@ compiles with NVVM alone: the compute capability is fixed (``NUMBA_FORCE_CUDA_CC
 nor NVRTC is asked for it.
 
 Protocol on stdin/stdout: each message is a 4-byte big-endian length and a pickle. The child first says
-``{"ready": True}`` or ``{"unavailable": reason}``; then for every request ``{"spec", "argtypes"}`` it answers
+``{"ready": True}`` or ``{"unavailable": reason}``; then for every request ``{"spec", "argtypes", "nrt"}`` (pickled by gpucompile._dumps: the reader's classes as
+descriptions, rebuilt here) it answers
 ``{"ok": True}``, ``{"error": numba's message}`` or ``{"internal": what went wrong here}``.
 """
 import os
@@ -19,6 +20,9 @@ os.environ["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
 
 import ast  # noqa: E402
 import builtins  # noqa: E402
+import collections  # noqa: E402
+import enum  # noqa: E402
+import io  # noqa: E402
 import importlib  # noqa: E402
 import linecache  # noqa: E402
 import pickle  # noqa: E402
@@ -33,11 +37,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _read(stream):
+    """The next message's bytes (a request, pickled by lib.runtime.gpucompile._dumps), or None at the end."""
     head = stream.read(4)
     if len(head) < 4:
         return None
     (size,) = struct.unpack(">I", head)
-    return pickle.loads(stream.read(size))
+    return stream.read(size)
 
 
 def _write(stream, message):
@@ -104,15 +109,66 @@ def _function_placeholder(name, modname):
     return f
 
 
+class _Pending:
+    """A @cuda.jit function not built yet (one that calls itself, or two that call each other)."""
+
+    def __init__(self, number):
+        self.number = number
+
+
+class _Loader(pickle.Unpickler):
+    """Unpickles a request; the reader's classes (sent as descriptions) are rebuilt by the builder."""
+
+    def __init__(self, data, builder):
+        super().__init__(io.BytesIO(data))
+        self.builder = builder
+
+    def persistent_load(self, pid):
+        return self.builder.value(pid)
+
+
 class _Builder:
     def __init__(self):
-        self.built = {}
+        self.built = {}      # number of a @cuda.jit function -> its dispatcher
+        self.classes = {}    # (module, qualname) -> the class rebuilt from its description
+        self.fixups = []     # (namespace or cell, name or None, number): filled once that function is built
+
+    def loads(self, data):
+        return _Loader(data, self).load()
+
+    def resolve(self):
+        for target, name, number in self.fixups:
+            if name is None:
+                target.cell_contents = self.built[number]
+            else:
+                target[name] = self.built[number]
+        self.fixups = []
+
+    def _class(self, spec):
+        kind, name, qualname, module = spec[:4]
+        key = (module, qualname)
+        if key not in self.classes:
+            if kind == "enum":
+                cls = getattr(enum, spec[4])(name, list(spec[5]), module=module, qualname=qualname)
+            elif kind == "namedtuple":
+                cls = collections.namedtuple(name, spec[4])
+            elif kind == "exception class":
+                cls = type(name, (getattr(builtins, spec[4], Exception),), {})
+            else:
+                cls = type(name, (), {})
+            cls.__module__, cls.__qualname__ = module, qualname
+            self.classes[key] = cls
+        return self.classes[key]
 
     def value(self, spec):
         kind = spec[0]
+        if kind in ("enum", "namedtuple", "exception class", "class"):
+            return self._class(spec)
+        if kind == "ref":
+            return self.built.get(spec[1]) or _Pending(spec[1])
         if kind == "pickle":
             try:
-                return pickle.loads(spec[1])
+                return self.loads(spec[1])
             except Exception:  # e.g. an instance of a class defined in the reader's notebook
                 return _placeholder(spec[2], spec[3])
         if kind == "module":
@@ -131,10 +187,13 @@ class _Builder:
         if kind == "jit":
             from numba import cuda
 
-            key = id(spec)
-            if key not in self.built:
-                self.built[key] = cuda.jit(**spec[2])(self.function(spec[1]))
-            return self.built[key]
+            number = spec[3]
+            if number not in self.built:
+                options = dict(spec[2])
+                sig = options.pop("sig", None)
+                jit = cuda.jit(sig, **options) if sig is not None else cuda.jit(**options)
+                self.built[number] = jit(self.function(spec[1]))
+            return self.built[number]
         if kind == "function":
             return _function_placeholder(spec[1], spec[2])
         if kind == "opaque":
@@ -165,23 +224,44 @@ class _Builder:
             namespace = dict(vars(importlib.import_module(spec["book_module"])))
         else:
             namespace = {"__builtins__": builtins, "__name__": spec["module"]}
-            namespace.update({name: self.value(sub) for name, sub in spec["globals"].items()})
+            for name, sub in spec["globals"].items():
+                value = namespace[name] = self.value(sub)
+                if isinstance(value, _Pending):
+                    self.fixups.append((namespace, name, value.number))
         exec(compile(text, filename, "exec"), namespace)
         if freevars:
-            return namespace["__factory__"](*[self.value(sub) for _, sub in spec["freevars"]])
+            values = [self.value(sub) for _, sub in spec["freevars"]]
+            fn = namespace["__factory__"](*values)
+            cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+            for (name, _), value in zip(spec["freevars"], values):
+                if isinstance(value, _Pending) and name in cells:
+                    self.fixups.append((cells[name], None, value.number))
+            return fn
         return namespace[fdef.name]
 
 
 _OPTIONS = ("fastmath", "debug", "lineinfo", "launch_bounds")
 
 
-def _compile(request):
+def _verdict(exc) -> bool:
+    """Is this numba saying the code does not compile (its errors, and the ValueError/TypeError of its
+    argument checks), rather than numba itself failing (any other exception from inside it)?"""
+    from numba.core.errors import NumbaError as CoreError
+    from numba.cuda.core.errors import NumbaError
+
+    return isinstance(exc, (NumbaError, CoreError, ValueError, TypeError, NotImplementedError))
+
+
+def _compile(data):
     from numba import cuda
+    from numba.cuda.core import config
     from numba.cuda.cudadrv.error import CudaDriverError, CudaSupportError, NvvmSupportError
 
     builder = _Builder()
     try:
+        request = builder.loads(data)
         kernel = builder.value(request["spec"])
+        builder.resolve()
         if hasattr(kernel, "py_func"):  # a dispatcher: the book's own GPU-mode kernel, with its options
             options = {k: kernel.targetoptions[k] for k in _OPTIONS if kernel.targetoptions.get(k) is not None}
             fn = kernel.py_func
@@ -189,20 +269,34 @@ def _compile(request):
             options, fn = {}, kernel
     except Exception as exc:
         return {"internal": f"rebuilding the kernel: {type(exc).__name__}: {exc}"}
+    nrt = config.CUDA_ENABLE_NRT
+    config.CUDA_ENABLE_NRT = bool(request.get("nrt", False))  # as the reader's process has it
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cuda.compile_ptx(fn, tuple(request["argtypes"]), cc=CC, **options)
+            try:
+                cuda.compile_ptx(fn, tuple(request["argtypes"]), cc=CC, **options)
+            except Exception as exc:
+                if "multiple PTX files" not in str(exc):
+                    raise
+                # e.g. a debug kernel that calls a raising device function: several modules, as a launch links
+                cuda.compile_all(fn, tuple(request["argtypes"]), cc=CC, device=False, abi="numba", output="ptx",
+                                 **options)
     except (CudaSupportError, CudaDriverError, NvvmSupportError) as exc:  # this helper's environment
         return {"internal": f"{type(exc).__name__}: {exc}"}
     except Exception as exc:
+        if not _verdict(exc):  # numba crashed inside (e.g. an AttributeError): no verdict on the reader's code
+            return {"internal": f"numba failed inside ({type(exc).__name__}: {exc})"}
         return {"error": str(exc), "type": type(exc).__name__}
+    finally:
+        config.CUDA_ENABLE_NRT = nrt
     return {"ok": True}
 
 
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this process if needed
     sys.path.insert(0, ROOT)
+    sys.path.extend(p for p in os.environ.get("CUDA_BOOK_PARENT_PATH", "").split(os.pathsep) if p and p not in sys.path)
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever numba or the book prints goes to the log, never into the protocol
     sys.stdout = sys.stderr

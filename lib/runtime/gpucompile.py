@@ -24,9 +24,12 @@ check says so once and the simulator goes on. ``CUDA_BOOK_GPU_CHECK=0`` turns th
 from __future__ import annotations
 
 import atexit
+import dis
+import enum
 import functools
 import hashlib
 import inspect
+import io
 import json
 import os
 import pickle
@@ -45,7 +48,7 @@ from lib.mode import CACHE, ROOT
 from lib.runtime import launches
 
 HEAD = "this kernel runs on the simulator but would not compile for a GPU:"
-CHECKER_VERSION = "1"  # part of every cache key: bump when what is sent or how it compiles changes
+CHECKER_VERSION = "2"  # part of every cache key: bump when what is sent or how it compiles changes
 CHILD = Path(__file__).with_name("_gpucompile_child.py")
 COMPILE_TIMEOUT_S = 300
 INSTALL_HINT = 'pip install "nvidia-nvvm>=13,<14"'
@@ -69,14 +72,66 @@ class GPUCompileError(Exception):
 
 # --- what travels to the helper ----------------------------------------------------------------------
 
-def _global_names(code) -> list[str]:
-    """Names the code (and the code nested in it: comprehensions, inner functions) looks up."""
-    names, stack = [], [code]
+def _global_names(code) -> tuple[list[str], list[str]]:
+    """(the global names the code and the code nested in it (comprehensions, inner functions) load, every
+    name it uses, attributes included: the attributes a module of the reader's travels with)."""
+    loaded, names, stack = [], [], [code]
     while stack:
         c = stack.pop()
         names.extend(c.co_names)
+        loaded.extend(ins.argval for ins in dis.get_instructions(c) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(loaded)), list(dict.fromkeys(names))
+
+
+# A class the helper can import by name (from a module with a file, not a function's local class) travels by
+# name; any other (a notebook's, one defined inside a function) travels as a description it rebuilds: an enum
+# with its members, a namedtuple class as a namedtuple, an exception class as a subclass of the same built-in
+# exception, anything else as an empty class of that name.
+def _class_spec(cls) -> tuple | None:
+    """None for a class the helper can import by name, else the description it rebuilds the class from."""
+    module = getattr(cls, "__module__", "") or ""
+    loaded = sys.modules.get(module)
+    found = loaded
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    origin = getattr(getattr(loaded, "__spec__", None), "origin", None)
+    if found is cls and (module == "builtins" or (module != "__main__" and origin not in (None, "built-in"))):
+        return None  # the helper finds it where pickle looks for it
+    if issubclass(cls, enum.Enum):
+        base = next(b for b in (enum.IntFlag, enum.IntEnum, enum.Flag, enum.Enum) if issubclass(cls, b))
+        return ("enum", cls.__name__, cls.__qualname__, module, base.__name__,
+                tuple((m.name, m.value) for m in cls.__members__.values()))
+    if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
+        return ("namedtuple", cls.__name__, cls.__qualname__, module, tuple(cls._fields))
+    if issubclass(cls, BaseException):
+        base = next(b for b in cls.__mro__ if b.__module__ == "builtins")
+        return ("exception class", cls.__name__, cls.__qualname__, module, base.__name__)
+    return ("class", cls.__name__, cls.__qualname__, module)
+
+
+class _Pickler(pickle.Pickler):
+    """A pickler that sends the reader's classes (inside numba types, constants) as descriptions."""
+
+    def persistent_id(self, obj):
+        return _class_spec(obj) if isinstance(obj, type) else None
+
+
+def _dumps(obj) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=4).dump(obj)
+    return buf.getvalue()
+
+
+def _overloaded_functions() -> set:
+    """ids of the Python functions with an @overload (or register_jitable) registered in this process: the
+    helper process cannot see those registrations."""
+    found = set()
+    for module in ("numba.cuda.typing.templates", "numba.core.typing.templates"):
+        registry = getattr(sys.modules.get(module), "builtin_registry", None)
+        for fn, _ in getattr(registry, "globals", ()):
+            found.add(id(fn))
+    return found
 
 
 _cuda_names: dict | None = None
@@ -115,6 +170,9 @@ class _Converter:
     def __init__(self):
         self.memo: dict[int, tuple] = {}
         self.book_modules: set[str] = set()  # the book's modules it refers to: their text is in the cache key
+        self.jits = 0                        # @cuda.jit functions numbered so far (a recursive one refers to
+        #                                      itself by its number)
+        self.overloaded: set | None = None
 
     def kernel(self, kernel) -> tuple:
         return self.value(kernel)
@@ -125,24 +183,51 @@ class _Converter:
         key = id(v)
         if key in self.memo and self.memo[key][0] is v:
             return self.memo[key][1]
-        spec = self._value(v, attrs)
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        if isinstance(v, FakeCUDAKernel) and not self._book_kernel(v):
+            number = self.jits
+            self.jits += 1
+            self.memo[key] = (v, ("ref", number))  # before its globals: a device function that calls itself
+            spec = self._jit(v, number)
+        else:
+            spec = self._value(v, attrs)
         self.memo[key] = (v, spec)
         return spec
+
+    @staticmethod
+    def _book_kernel(v) -> tuple | None:
+        fn = v.fn
+        if launches._origin(fn)[1] and "<locals>" not in fn.__qualname__:
+            name = _module_attribute(fn.__module__, v)
+            if name is not None:
+                return ("book", fn.__module__, name)
+        return None
+
+    def _jit(self, v, number: int) -> tuple:
+        options = {"device": bool(v._device), "fastmath": bool(v._fastmath)}
+        if v._debug:
+            options["debug"] = True
+        kept = dict(getattr(v, "_book_jit_options", {}))  # what numba's simulator drops (lib.runtime.simulator)
+        if not v._device:
+            kept.pop("sig", None)  # a kernel compiles for the launch's types
+        sig = kept.pop("sig", None)
+        options.update(kept)
+        if sig is not None:
+            options["sig"] = str(sig) if not isinstance(sig, (str, list)) else sig
+        return ("jit", self.function(v.fn), options, number)
 
     def _value(self, v, attrs) -> tuple:
         from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-        if isinstance(v, FakeCUDAKernel):
-            fn = v.fn
-            if launches._origin(fn)[1] and "<locals>" not in fn.__qualname__:
-                name = _module_attribute(fn.__module__, v)
-                if name is not None:
-                    self.book_modules.add(fn.__module__)
-                    return ("book", fn.__module__, name)
-            options = {"device": bool(v._device), "fastmath": bool(v._fastmath)}
-            if v._debug:
-                options["debug"] = True
-            return ("jit", self.function(fn), options)
+        if isinstance(v, FakeCUDAKernel):  # a book kernel (the others are numbered by value())
+            book = self._book_kernel(v)
+            self.book_modules.add(book[1])
+            return book
+        if isinstance(v, type):
+            described = _class_spec(v)
+            if described is not None:
+                return described
         if isinstance(v, types.ModuleType):
             top = v.__name__.split(".")[0]
             if top in _IMPORTABLE:
@@ -161,9 +246,14 @@ class _Converter:
                 if name is not None:  # e.g. kernels.matmul.load_float4: an intrinsic in GPU mode
                     self.book_modules.add(module)
                     return ("book", module, name)
+            if self.overloaded is None:
+                self.overloaded = _overloaded_functions()
+            if id(v) in self.overloaded:
+                raise _Uncheckable(f"it calls {v.__qualname__}, which has an @overload registered in this "
+                                   "process; the check compiles in a process of its own, which cannot see it")
             return ("function", v.__name__, module)
         try:
-            data = pickle.dumps(v, protocol=4)
+            data = _dumps(v)
         except Exception:
             return ("opaque", type(v).__name__, type(v).__module__)
         return ("pickle", data, type(v).__name__, type(v).__module__)
@@ -179,11 +269,11 @@ class _Converter:
         if launches._origin(fn)[1] and fn.__module__ in sys.modules:
             book_module = fn.__module__
             self.book_modules.add(book_module)
-        names = _global_names(code)
+        loaded, names = _global_names(code)
         scope = fn.__globals__
         carried = {}
         if book_module is None:
-            for name in names:
+            for name in loaded:
                 if name in scope:
                     carried[name] = self.value(scope[name], names)
         freevars = []
@@ -244,7 +334,10 @@ class _Helper:
     def _start(self):
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_FORCE_CUDA_CC="9.0",
                    CUDA_BOOK_COMPILE_ONLY="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                   # this process's path, searched last there: the helper imports the modules (and the classes)
+                   # this one imports, and nothing on it shadows what the helper's own path finds first
+                   CUDA_BOOK_PARENT_PATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
         try:
             CACHE.mkdir(parents=True, exist_ok=True)
             log = open(CACHE / "gpucompile-helper.log", "ab")
@@ -280,14 +373,14 @@ class _Helper:
                 need = 4 + size
         return pickle.loads(data[4:])
 
-    def ask(self, request: dict) -> dict:
+    def ask(self, data: bytes) -> dict:
+        """The answer to a request pickled by :func:`_dumps`."""
         if self.unavailable:
             return {"unavailable": self.unavailable}
         if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
             self._start()
             if self.unavailable:
                 return {"unavailable": self.unavailable}
-        data = pickle.dumps(request, protocol=4)
         try:
             self.proc.stdin.write(struct.pack(">I", len(data)) + data)
             self.proc.stdin.flush()
@@ -347,18 +440,26 @@ def _disk_path(key: str):
 
 def _result(kernel, arg_types: tuple) -> dict:
     """The helper's answer for this kernel and these numba argument types, from the caches if known."""
+    from numba.cuda.core import config
+
     fn = kernel.py_func
     per_fn = _memo.setdefault(fn, {})
-    if arg_types in per_fn:
+    nrt = bool(getattr(config, "CUDA_ENABLE_NRT", False))  # numba's settings that change what compiles
+    key = (arg_types, nrt)
+    if key in per_fn:
         STATS["memory_hits"] += 1
-        return per_fn[arg_types]
+        return per_fn[key]
     converter = _Converter()
     try:
-        request = {"spec": converter.kernel(kernel), "argtypes": arg_types}
+        request = {"spec": converter.kernel(kernel), "argtypes": arg_types, "nrt": nrt}
+        data = _dumps(request)
     except _Uncheckable as exc:
-        per_fn[arg_types] = {"unchecked": str(exc)}
-        return per_fn[arg_types]
-    h = hashlib.sha256(pickle.dumps(request, protocol=4))
+        per_fn[key] = {"unchecked": str(exc)}
+        return per_fn[key]
+    except Exception as exc:  # noqa: BLE001 - something that cannot travel: no check, never a refusal
+        per_fn[key] = {"unchecked": f"what it uses cannot be sent to the check ({type(exc).__name__}: {exc})"}
+        return per_fn[key]
+    h = hashlib.sha256(data)
     h.update(f"{CHECKER_VERSION} {_versions()}".encode())
     if converter.book_modules:
         h.update(_book_hash(converter.book_modules).encode())
@@ -368,7 +469,7 @@ def _result(kernel, arg_types: tuple) -> dict:
         STATS["disk_hits"] += 1
     except (OSError, ValueError):
         t0 = time.perf_counter()
-        answer = _helper.ask(request)
+        answer = _helper.ask(data)
         STATS["compile_s"] += time.perf_counter() - t0
         STATS["compiled"] += 1
         if "ok" in answer or "error" in answer:
@@ -380,7 +481,7 @@ def _result(kernel, arg_types: tuple) -> dict:
             except OSError:
                 pass
     if "ok" in answer:  # like numba on a GPU, which compiles a kernel once per argument types
-        per_fn[arg_types] = answer
+        per_fn[key] = answer
     return answer
 
 

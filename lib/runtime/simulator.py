@@ -998,6 +998,35 @@ def _direct_atomics():
 ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax", "nanmin",
            "compare_and_swap", "cas")
 
+
+def _jit_keeping_options(jit):
+    """numba's simulator ``cuda.jit``, which also keeps what it ignores (the signature, ``opt``, ``inline``)
+    on the kernel as ``_book_jit_options``: lib.runtime.gpucompile compiles with them (a device function that
+    calls itself needs its signature)."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    def keep(kernel, sig, options):
+        if isinstance(kernel, FakeCUDAKernel):
+            kept = {k: options[k] for k in ("opt", "inline") if options.get(k) not in (None, False)}
+            if sig is not None and not callable(sig):
+                kept["sig"] = sig
+            kernel._book_jit_options = kept
+        return kernel
+
+    def cuda_jit(func_or_sig=None, *args, **kwargs):
+        result = jit(func_or_sig, *args, **kwargs)
+        if isinstance(result, FakeCUDAKernel):
+            return keep(result, None, kwargs)
+
+        def decorate(fn):
+            return keep(result(fn), func_or_sig, kwargs)
+
+        return decorate
+
+    cuda_jit.__wrapped__ = jit
+    cuda_jit.__doc__ = jit.__doc__
+    return cuda_jit
+
 _installed = False
 
 
@@ -1018,8 +1047,12 @@ def install():
     from numba import cuda
     from numba.cuda.simulator import kernel, kernelapi
 
+    from numba.cuda import simulator as simulator_package
+    from numba.cuda.simulator import api
+
     kernel.BlockManager = FastBlockManager
     kernel.FakeCUDAKernel.__call__ = _simulated_call
+    api.jit = simulator_package.jit = cuda.jit = _jit_keeping_options(api.jit)
     kernel.FakeCUDAKernel.forall = _forall
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
