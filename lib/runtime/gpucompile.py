@@ -224,10 +224,6 @@ class _Converter:
             book = self._book_kernel(v)
             self.book_modules.add(book[1])
             return book
-        if isinstance(v, type):
-            described = _class_spec(v)
-            if described is not None:
-                return described
         if isinstance(v, types.ModuleType):
             top = v.__name__.split(".")[0]
             if top in _IMPORTABLE:
@@ -237,8 +233,12 @@ class _Converter:
             return ("synth", v.__name__, {a: self.value(getattr(v, a)) for a in attrs if hasattr(v, a)})
         if not isinstance(v, (int, float, complex, str, bytes, bool, type(None), tuple)):
             name = _cuda_attribute(v)
-            if name is not None:
+            if name is not None:  # e.g. the simulator's float32x4: the GPU's own there
                 return ("cuda", name)
+        if isinstance(v, type):
+            described = _class_spec(v)
+            if described is not None:
+                return described
         if isinstance(v, types.FunctionType):
             module = getattr(v, "__module__", "") or ""
             if launches._origin(v)[1]:

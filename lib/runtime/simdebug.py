@@ -18,11 +18,19 @@ line(s), the block and the thread(s):
   GPU: each reads the old value, adds, and writes back over the others. A non-atomic read-then-write of
   one global element by two threads of a launch (two blocks, or one block within one barrier interval)
   raises :class:`RaceError` with both lines and a pointer to ``cuda.atomic.add``.
+* **Races between blocks.** Blocks of a launch run in no defined order (the simulator draws one from its
+  schedule's seed). A block that reads a global element another block of the same launch wrote, or writes
+  one another block read, or two blocks that write different values to one element, raise
+  :class:`RaceError` with both threads (and the line of a write): on a GPU the read may come before or
+  after the write. Such an access is ordered only through memory: the first block calls
+  ``cuda.threadfence()`` after its access (then typically sets a flag with an atomic), and the second has
+  synchronised (a fence or an atomic, e.g. reading that flag) before its own; then nothing is reported.
 
 Not reported: accesses through ``cuda.atomic.*``; a thread reading its own writes; anything a barrier
-orders; a value written in one launch and read in a later one. A kernel that races on purpose (and is
-right on a GPU for reasons this checker cannot see, such as fences and flags) says so next to its
-definition with :func:`allow_races`; only the race checks are skipped for it.
+orders; a value written in one launch and read in a later one; accesses through two different views
+(slices) of one array. A kernel that races on purpose (and is right on a GPU for reasons this checker
+cannot see) says so next to its definition with :func:`allow_races`; only the race checks are skipped
+for it.
 
 Switch: ``CUDA_BOOK_SIMDEBUG=0`` in the environment before ``import lib`` leaves it off;
 :func:`uninstall` / :func:`install` switch it at run time, and ``with simdebug.disabled():`` for a block.
@@ -31,9 +39,11 @@ How: the simulator's shared arrays are replaced by a thin wrapper holding a writ
 element) and the accesses of the current barrier interval (a dict per array, emptied when the block's
 barrier generation moves on); float local arrays are filled with a NaN of a payload of their own, so a read
 costs one comparison (integer ones keep a written-mask); global element accesses
-(``FakeWithinKernelCUDAArray``) note per thread which elements it read, so a write of one of them is a
-read-modify-write. It builds on :mod:`lib.runtime.simulator` (the current simulated thread, its block's barrier
-generation and warp collectives) and :mod:`lib.runtime.launches` (which kernel a launch runs).
+(``FakeWithinKernelCUDAArray``) note, per launch and array, each element's last reader and writer (as the
+thread's number in the launch), so a write after the same thread's read is a read-modify-write and an
+access by a later block to what an earlier block touched is checked. It builds on
+:mod:`lib.runtime.simulator` (the current simulated thread, its block's barrier generation, fences and
+warp collectives, the launch's order and which kernel it runs).
 """
 from __future__ import annotations
 

@@ -9,11 +9,20 @@ them run unchanged without a GPU.
 Scheduler. A block runs in the thread that launched the kernel; each of its CUDA threads is a greenlet (a
 coroutine with its own stack), so starting one costs microseconds instead of an OS thread. A simulated
 thread runs until it waits (``syncthreads()``, a warp collective, ``activemask()``) or exits, and only then
-does another one run: there is no preemption, so the schedule is deterministic. The order: threads start in
-linear thread-id order (x fastest, then y, then z); a thread that waits goes to the back of the line when
-what it waits for completes, and the threads released together (a barrier, a collective) join the line in
-thread-id order. Blocks run one after another, in numba's order. ``threading.current_thread()`` returns the
-simulated thread while it runs (numba's ``cuda.threadIdx`` etc. and the tracer look it up there).
+does another one run: there is no preemption. ``threading.current_thread()`` returns the simulated thread
+while it runs (numba's ``cuda.threadIdx`` etc. and the tracer look it up there).
+
+The order promises nothing a GPU does not. Blocks run one after another, in an order drawn from the
+schedule's seed; the threads of a block start in an order of their own, drawn from it too; a thread that
+waits goes to the back of the line when what it waits for completes, and the threads released together (a
+barrier, a collective) join the line in the block's order. So ``cuda.atomic.add(counter, 0, 1)`` hands out
+slots in no index order, and a kernel that relies on block 0 running before block 1 fails as it can on a
+GPU. The order is a function of (seed, launch number): :func:`schedule_seed` (``with schedule_seed(s):``)
+sets the seed and counts launches from 0, so running the same calls under the same seed replays the same
+order; an exception from a launch carries a note naming its seed and launch, and :func:`last_launch`
+tells the order of the latest launch. The process default is seed ``DEFAULT_SEED`` (or
+``CUDA_BOOK_SCHEDULE_SEED``). What a kernel sees: the per-launch ``cuda`` module in its globals and in its
+closure cells (numba swaps only globals), and :mod:`lib.runtime.simmath`'s IEEE twins of ``math``.
 
 Warp collectives. Every collective is a rendezvous of the lanes named in its mask; when the last of them
 arrives, every lane's result is computed at once. A lane that exits is dropped from the rendezvous it
@@ -52,6 +61,11 @@ Public API (other modules build on it; keep it stable):
   non-exited lane of the mask has arrived; returns the calling lane's result.
 - :func:`add_block_listener` (start, end): ``start(manager)`` before a block's threads run,
   ``end(manager)`` after they all finished (not called when the block failed).
+- :func:`schedule_seed`, :func:`set_schedule_seed`, :func:`current_schedule`, :func:`last_launch` (a
+  :class:`LaunchSchedule`: ``seed``, ``index``, ``blocks`` in run order, per-block ``fences``/``syncs``) and
+  :func:`add_launch_listener` (start, end) around every launch; a thread's ``gt`` (its number in the launch,
+  blocks in run order) and a manager's ``base``, ``fences`` and ``syncs`` (lib.runtime.simdebug's checks
+  between blocks).
 
 This relies on private classes of numba-cuda's simulator (``BlockManager``, ``FakeCUDAModule``,
 ``FakeWithinKernelCUDAArray``); :func:`install` checks the version it was written against.
