@@ -538,3 +538,60 @@ def record_extra(folder) -> list[Path]:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--ncu-workload"]:
     ncu_workload()
+
+
+# --- the ladder as tables (for the chapter) ---------------------------------------------------------------
+KIND_LABELS = {"f16": "FP16", "bf16": "BF16", "tf32": "TF32"}
+
+
+def ladder_table(df, size="8192x8192x8192", rungs=None):
+    """Recorded TFLOP/s of the rungs at `size`, one column per input kind, each with its ratio to cuBLAS
+    measured in the same run (a 'cuBLAS' row last). Rungs not recorded are left empty."""
+    import pandas as pd
+
+    values = df[df["size"] == size].set_index("kernel")["value"]
+    table = {}
+    for kind, label in KIND_LABELS.items():
+        base = values.get(BASELINES[kind].name)
+        col = {}
+        for i, rung in enumerate(rungs or list(MAKERS)):
+            v = values.get(rung_name(rung, kind))
+            col[f"{i + 1} {rung}"] = "" if v is None or base is None else f"{v:.0f} ({v / base:.2f}×)"
+        col["cuBLAS"] = "" if base is None else f"{base:.0f}"
+        table[label] = col
+    out = pd.DataFrame(table)
+    out.index.name = f"{size} (TFLOP/s, × cuBLAS)"
+    return out
+
+
+def resources_table(folder=None):
+    """The recorded FP16 rungs' registers, spills, SASS counts and the ptxas warnings numba hides."""
+    import pandas as pd
+
+    path = (Path(folder) if folder else lib.DATA / "results") / f"{CHAPTER}.kernels.csv"
+    df = pd.read_csv(path)
+    df = df[df["kernel"].str.endswith("_f16")].set_index("kernel")
+    df.index = [k.removeprefix("gemm_").removesuffix("_f16") for k in df.index]
+    df = df[["registers", "spill_bytes", "hgmma", "utmaldg", "syncs", "setmaxreg", "hidden_warnings"]]
+    return df.rename(columns={"spill_bytes": "spills", "hidden_warnings": "C7510/C7508"})
+
+
+def ncu_table(folder=None):
+    """Nsight Compute on the FP16 rungs and cuBLAS at 4096³: tensor pipe busy, issue slots used, and the
+    two largest stall reasons (warp cycles per issued instruction)."""
+    import pandas as pd
+
+    from lib.ncu import STALL_METRIC, STALL_REASONS
+
+    path = (Path(folder) if folder else lib.DATA / "results") / f"{CHAPTER}.ncu.csv"
+    wide = pd.read_csv(path).pivot_table(index="rung", columns="metric", values="value")
+    rows = {}
+    for rung, r in wide.iterrows():
+        pipe = next((r[m] for m in TENSOR_PIPE if m in r and not np.isnan(r[m])), np.nan)
+        stalls = {s: r.get(STALL_METRIC.format(s), 0.0) for s in STALL_REASONS if s != "selected"}
+        top = sorted(stalls.items(), key=lambda kv: -kv[1])[:2]
+        rows[rung.removeprefix("gemm_").removesuffix("_f16")] = {
+            "tensor pipe %": round(pipe, 1), "µs": round(r["gpu__time_duration.sum"] / 1e3, 1),
+            "top stalls": ", ".join(f"{k} {v:.1f}" for k, v in top)}
+    order = [r for r in MAKERS] + [BASELINES["f16"].name]
+    return pd.DataFrame(rows).T.reindex([o for o in order if o in rows])
