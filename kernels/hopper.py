@@ -18,12 +18,12 @@ import numpy as np
 from numba import cuda, int64, uint8
 
 import lib
-from lib.bench import Baseline, Ladder, Rung
-from lib.check import k_scaled_rtol
-from lib.dynamic_shared import allow_dynamic_shared
-from lib.exercises import Tolerance
-from lib.mma import b16_values, bf16_bits
+from lib.grading.check import k_scaled_rtol
+from lib.grading.spec import Tolerance
+from lib.measure.bench import Baseline, Ladder, Rung
 from lib.runtime import hopper
+from lib.runtime.dynamic_shared import allow_dynamic_shared
+from lib.runtime.mma import b16_values, bf16_bits
 
 CHAPTER = "hopper"
 KINDS = ("f16", "bf16", "tf32")
@@ -442,7 +442,7 @@ def kernel_resources() -> list[dict]:
     a ragged size first."""
     import shutil
 
-    from lib.check import compare
+    from lib.grading.check import compare
 
     ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
     rows = []
@@ -486,17 +486,17 @@ def profiled() -> list[tuple[str, object, bool]]:
 def ncu_workload():
     """Each profiled implementation once at PROFILE_SIZE, after a marker kernel (run under ncu)."""
     from kernels.matmul_profile import profile_marker_kernel
-    from lib.bench import _torch_views
+    from lib.measure.bench import torch_views
 
     args = [cuda.to_device(x) for x in _inputs("f16")(PROFILE_SIZE, np.random.default_rng(0))]
     args.append(cuda.device_array(PROFILE_SIZE[:2], np.float32))
     marker = cuda.device_array(1, np.float32)
     for _, run, is_torch in profiled():
-        run(*(_torch_views(args) if is_torch else args))   # compile and warm up outside the profiled group
+        run(*(torch_views(args) if is_torch else args))   # compile and warm up outside the profiled group
     cuda.synchronize()
     for _, run, is_torch in profiled():
         profile_marker_kernel[1, 1](marker)
-        run(*(_torch_views(args) if is_torch else args))
+        run(*(torch_views(args) if is_torch else args))
     cuda.synchronize()
 
 
@@ -506,8 +506,8 @@ def record_extra(folder) -> list[Path]:
     import pandas as pd
 
     from kernels.matmul_profile import by_rung
-    from lib.ncu import WARP_STATE, profile
-    from lib.results import environment
+    from lib.measure.ncu import WARP_STATE, profile
+    from lib.measure.results import environment
 
     if lib.SIMULATOR:
         raise RuntimeError("record_extra measures the GPU: run it with `make record` on a GPU")
@@ -581,7 +581,7 @@ def ncu_table(folder=None):
     two largest stall reasons (warp cycles per issued instruction)."""
     import pandas as pd
 
-    from lib.ncu import STALL_METRIC, STALL_REASONS
+    from lib.measure.ncu import STALL_METRIC, STALL_REASONS
 
     path = (Path(folder) if folder else lib.DATA / "results") / f"{CHAPTER}.ncu.csv"
     wide = pd.read_csv(path).pivot_table(index="rung", columns="metric", values="value")

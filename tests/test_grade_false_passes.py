@@ -12,7 +12,7 @@ from numba import cuda, float32
 
 import lib
 from lib import grade as _grade
-from lib.grader import ERROR, FAILED, PASSED
+from lib.grading.grader import ERROR, FAILED, PASSED
 
 
 def grade(exercise_id, fn):
@@ -183,7 +183,7 @@ def test_attention_with_one_block_of_64_fails():
 def test_a_slow_machine_still_checks_past_a_fixed_launch(monkeypatch):
     """Out of time budget (a slow laptop; CI under load once passed this kernel), the planner still checks
     the one size that reaches past a launch that stayed the same, and says so."""
-    from lib.grader import cases
+    from lib.grading.grader import cases
 
     monkeypatch.setattr(cases, "SIM_BUDGET_S", 0.5)
     report = grade("attention", lambda q, k, v, out: _attention_thread_per_row[1, 64](q, k, v, out))
@@ -225,13 +225,13 @@ def _sum_racy(x, out):
 
 def test_non_atomic_accumulation_into_out_fails():
     """Without zeroing, the NaN fill shows it (and says the output was added into); with zeroing, only the
-    simulator's race detector can (lib.simdebug)."""
+    simulator's race detector can (lib.runtime.simdebug)."""
     report = grade("reduce_sum", lambda x, out: _sum_racy[(x.size + 255) // 256, 256](x, out))
     _assert_fails(report, "garbage")  # the grader's or the named variant's sentence: out was never set first
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lib.simdebug") is None,
-                    reason="needs the simulator's race detector (lib.simdebug)")
+@pytest.mark.skipif(importlib.util.find_spec("lib.runtime.simdebug") is None,
+                    reason="needs the simulator's race detector (lib.runtime.simdebug)")
 def test_non_atomic_accumulation_after_zeroing_is_caught_as_a_race():
     def racy(x, out):
         out.copy_to_device(np.zeros(1, np.float32))
@@ -261,8 +261,8 @@ def _add_with_a_list(a, b, out):
         out[i] = values[0] + values[1]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lib.gpucompile") is None,
-                    reason="needs the GPU compile check (lib.gpucompile)")
+@pytest.mark.skipif(importlib.util.find_spec("lib.runtime.gpucompile") is None,
+                    reason="needs the GPU compile check (lib.runtime.gpucompile)")
 def test_a_kernel_that_would_not_compile_for_a_gpu_fails_with_numbas_message():
     report = grade("vector_add", lambda a, b, out: _add_with_a_list[(a.size + 255) // 256, 256](a, b, out))
     assert report.status == ERROR, str(report)

@@ -49,8 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numba import cuda
 
-import lib
+from lib.mode import SIMULATOR
 
 WARPGROUP = 128
 SWIZZLE_MODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}   # the descriptor's 2-bit field (bits 62-63)
@@ -134,7 +135,7 @@ def operand_addresses(desc: int, rows: int, kbytes: int = 32) -> np.ndarray:
         return start + (r % 8) * 16 + (r // 8) * sbo + (b // 16) * lbo + b % 16
     span = SWIZZLE_SPAN[mode]
     if d["base_offset"] or start % (8 * span) >= span or start % span + kbytes > span:
-        raise lib.simulator.SimulatorError(
+        raise ValueError(
             f"wgmma descriptor starts at shared address {start:#x}, which is not in the first {span}-byte row of "
             f"a {8 * span}-byte {mode} swizzle atom (or its {kbytes} bytes of K cross the row): only atom-aligned "
             "tiles (base offset 0) are modelled; place the tile on a 1024-byte boundary")
@@ -218,7 +219,7 @@ def tensor_map_2d(array, box_rows: int, box_cols: int, swizzle: str = "128B"):
     """A tensor map for TMA copies of box_rows × box_cols boxes of the C-contiguous 2-D device `array`,
     returned as a ``uint64[16]`` device array to pass to the kernel (kept alive here with its array).
     Coordinates outside the array read as zeros."""
-    if lib.SIMULATOR:
+    if SIMULATOR:
         host = np.asarray(getattr(array, "_ary", array))
         if not host.flags.c_contiguous:
             raise ValueError("the tensor map's array must be C-contiguous")
@@ -226,8 +227,6 @@ def tensor_map_2d(array, box_rows: int, box_cols: int, swizzle: str = "128B"):
         key = next(_tmap_ids)
         _SIM_TMAPS[key] = TensorMap(host, host.shape[0], host.shape[1], host.dtype.itemsize, box_rows, box_cols,
                                     swizzle)
-        from numba import cuda
-
         return cuda.to_device(np.array([_TMAP_MAGIC, key] + [0] * 14, dtype=np.uint64))
     return _gpu_tensor_map(array, box_rows, box_cols, swizzle)
 
@@ -236,7 +235,6 @@ def _gpu_tensor_map(array, box_rows, box_cols, mode):
     import ctypes
 
     from cuda.bindings import driver as cu
-    from numba import cuda
 
     iface = array.__cuda_array_interface__
     ptr, shape = int(iface["data"][0]), tuple(iface["shape"])
@@ -311,7 +309,7 @@ def sass_counts(sass: str) -> dict:
 
 # --- the simulator twins ---------------------------------------------------------------------------------
 def _sim():
-    import lib.simulator as simulator
+    from lib.runtime import simulator
 
     return simulator
 
@@ -949,12 +947,9 @@ def _make_desc(addr, lbo, sbo, mode):
     return ((a & 0x3FFFF) >> 4) | (((lo >> 4) & 0x3FFF) << 16) | (((so >> 4) & 0x3FFF) << 32) | (md << 62)
 
 
-make_desc = lib.cuda.jit(device=True)(_make_desc)
+make_desc = cuda.jit(device=True)(_make_desc)
 
-if lib.SIMULATOR:
-    import lib.simulator  # noqa: F401
-
-_FUNCTIONS = _simulator_twins() if lib.SIMULATOR else _gpu_intrinsics()
+_FUNCTIONS = _simulator_twins() if SIMULATOR else _gpu_intrinsics()
 globals().update(_FUNCTIONS)
 __all__ = sorted(_FUNCTIONS) + [
     "make_desc", "swizzle", "tma_box_offsets", "kmajor_layout", "make_descriptor", "decode_descriptor",
