@@ -624,23 +624,26 @@ def _array_state(wrapper):
 
 
 def _global_get(self, idx):
-    kind = type(idx)  # the index check of lib.runtime.simulator's accessor, inline (this runs for every element)
-    if kind is int:
-        if idx < 0:
-            _reject_negative(idx)
-    elif kind is tuple:
-        try:
-            fine = min(idx) >= 0
-        except (TypeError, ValueError):
-            fine = False
-        if not fine:
-            _check_index(idx)
-    else:
-        _check_index(idx)
     d = self.__dict__
-    value = d["_a"][idx]
-    if type(value) is np.ndarray or type(value) is np.void:  # a view: its own wrapper tracks its elements
-        return _wrap_view(self, value)
+    if type(idx) is int and idx >= 0 and d["_1d"]:  # the common case: one element of a 1-D array
+        value = d["_a"][idx]
+    else:  # the index check of lib.runtime.simulator's accessor
+        kind = type(idx)
+        if kind is int:
+            if idx < 0:
+                _reject_negative(idx)
+        elif kind is tuple:
+            try:
+                fine = min(idx) >= 0
+            except (TypeError, ValueError):
+                fine = False
+            if not fine:
+                _check_index(idx)
+        else:
+            _check_index(idx)
+        value = d["_a"][idx]
+        if type(value) is np.ndarray or type(value) is np.void:  # a view: its own wrapper tracks its elements
+            return _wrap_view(self, value)
     t = _RUNNING[0]
     if t is None:
         return value
@@ -667,19 +670,19 @@ def _global_get(self, idx):
 
 
 def _global_put(self, idx, value):
-    kind = type(idx)
-    if kind is int:
-        if idx < 0:
+    if type(idx) is not int or idx < 0:  # the index check of lib.runtime.simulator's accessor
+        kind = type(idx)
+        if kind is int:
             _reject_negative(idx)
-    elif kind is tuple:
-        try:
-            fine = min(idx) >= 0
-        except (TypeError, ValueError):
-            fine = False
-        if not fine:
+        elif kind is tuple:
+            try:
+                fine = min(idx) >= 0
+            except (TypeError, ValueError):
+                fine = False
+            if not fine:
+                _check_index(idx)
+        else:
             _check_index(idx)
-    else:
-        _check_index(idx)
     d = self.__dict__
     t = _RUNNING[0]
     if t is not None:

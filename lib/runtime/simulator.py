@@ -765,7 +765,8 @@ def _global_element_access():
             raise TypeError(f"FakeWithinKernelCUDAArray wraps a FakeCUDAArray, got {type(item).__name__}")
         d = self.__dict__
         d["_item"] = item
-        d["_a"] = item._ary
+        a = d["_a"] = item._ary
+        d["_1d"] = a.ndim == 1 and a.dtype.names is None  # an int index gives an element, never a view
 
     # The common cases are checked inline, in as few Python steps as possible: this runs for every element.
     def __getitem__(self, idx):
@@ -773,6 +774,9 @@ def _global_element_access():
         if kind is int:
             if idx < 0:
                 _reject_negative(idx)
+            d = self.__dict__
+            if d["_1d"]:
+                return d["_a"][idx]
         elif kind is tuple:
             try:
                 fine = min(idx) >= 0  # integers only, none negative: in C
