@@ -955,3 +955,263 @@ __all__ = sorted(_FUNCTIONS) + [
     "make_desc", "swizzle", "tma_box_offsets", "kmajor_layout", "make_descriptor", "decode_descriptor",
     "operand_addresses", "acc_element", "acc_owner", "tf32_truncate", "wgmma_name", "tensor_map_2d",
     "TensorMap", "ptxas_report", "sass_counts", "SWIZZLE_MODES", "KINDS", "K_PER_WGMMA", "N_SIZES", "WARPGROUP"]
+
+
+# =========================================================================================================
+# FlashAttention-3's additions (issue 29): wgmma with A from registers ("RS"), B read MN-major (imm-trans-b,
+# the form P·V needs when V is stored row-major), the float32 -> 16-bit pair conversion that turns an
+# accumulator fragment into an A fragment, and exp2.approx. Each with its simulator twin, as above.
+# =========================================================================================================
+B16_KINDS = ("f16", "bf16")          # RS and transposed-B forms: 16-bit inputs only (PTX: no trans for TF32)
+
+
+def a_fragment_element(tid, reg, half):
+    """(row, col) in the 64 × 16 A tile of half `half` (0 low, 1 high) of A register `reg` (0-3) of warpgroup
+    thread tid: warp w holds rows 16w..16w+15 as mma.sync's m16k16 A fragment (g = lane // 4, t = lane % 4):
+    reg 0 row g, reg 1 row g + 8, regs 2-3 the same rows 8 columns right; columns 2t + half."""
+    w, lane = tid // 32, tid % 32
+    g, t = lane // 4, lane % 4
+    return 16 * w + g + 8 * (reg & 1), 8 * (reg >> 1) + 2 * t + half
+
+
+def acc_to_a_registers(j: int) -> list[tuple[int, int]]:
+    """Which accumulator registers of an m64nN fragment make A register r (0-3) of the k16 slice j of an RS
+    wgmma: [(lo, hi)] * 4. Register 8j + i of the accumulator holds column 16j + 8(i >> 2) + 2t + (i & 1) of
+    row g + 8((i >> 1) & 1), which is where a_fragment_element puts half (i & 1) of register i >> 1: the
+    accumulator of S = Q·Kᵀ *is* the A operand of P·V, pair by pair, with no data crossing threads."""
+    return [(8 * j + 2 * r, 8 * j + 2 * r + 1) for r in range(4)]
+
+
+def mnmajor_layout(krows: int, n: int, itemsize: int, mode: str):
+    """Element offsets (krows × n) of an MN-major B tile (row k holds n contiguous values: V of attention,
+    row-major) as TMA writes it in boxes of span / itemsize columns, box after box (each krows × span bytes),
+    and the descriptor fields wgmma reads it with: LBO = the byte distance of N-adjacent boxes, SBO = of
+    8-row (K) groups inside a box (8 × span); one k16 instruction = 16 rows = +2·SBO bytes."""
+    if mode == "none" or mode not in SWIZZLE_MODES:
+        raise ValueError(f"MN-major tiles are modelled for the swizzled modes 128B/64B/32B, got {mode!r}")
+    span = SWIZZLE_SPAN[mode]
+    per_row = span // itemsize
+    if n % per_row:
+        raise ValueError(f"an MN-major {mode} tile holds whole boxes of {per_row} columns, not {n}")
+    k = np.arange(krows)[:, None]
+    col = np.arange(n)[None, :]
+    box = tma_box_offsets(krows, span, mode)
+    byte = (col // per_row) * krows * span + box[k, (col % per_row) * itemsize]
+    return (byte // itemsize).astype(np.int64), krows * span, 8 * span, 16 * span
+
+
+def operand_addresses_mn(desc: int, n: int, krows: int = 16, itemsize: int = 2) -> np.ndarray:
+    """addr[r, k]: the shared address of element (n = r, k) of an MN-major B operand that a wgmma with
+    imm-trans-b = 1 reads through `desc`: within a swizzle atom (8 K-rows of span bytes) N runs along the row,
+    N-adjacent atoms are LBO apart, K-adjacent 8-row groups SBO apart (PTX's canonical MN-major layout
+    ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) for 128B). The start must be atom-aligned (base offset 0)."""
+    d = decode_descriptor(desc)
+    start, lbo, sbo, mode = d["start"], d["lbo"], d["sbo"], d["mode"]
+    if mode == "none":
+        raise ValueError("MN-major (transposed) B is modelled for the swizzled modes only")
+    span = SWIZZLE_SPAN[mode]
+    if d["base_offset"] or start % (8 * span):
+        raise ValueError(f"wgmma descriptor of an MN-major operand starts at shared address {start:#x}, not on a "
+                         f"{8 * span}-byte {mode} swizzle atom: only atom-aligned tiles are modelled")
+    per_row = span // itemsize
+    r = np.arange(n)[:, None]
+    k = np.arange(krows)[None, :]
+    return swizzle(start + (r // per_row) * lbo + (r % per_row) * itemsize + (k // 8) * sbo + (k % 8) * span,
+                   mode)
+
+
+def wgmma_ex_name(n: int, kind: str, a_regs: bool, trans_b: bool) -> str:
+    """wgmma_rs_m64n128k16_f16 (A from registers), ..._tb (B MN-major), wgmma_m64n64k16_bf16_tb (SS, B
+    MN-major)."""
+    if kind not in B16_KINDS:
+        raise ValueError(f"the RS and transposed-B forms take 16-bit inputs {B16_KINDS}, got {kind!r}")
+    _check_shape(n, kind)
+    return f"wgmma_{'rs_' if a_regs else ''}m64n{n}k16_{kind}{'_tb' if trans_b else ''}"
+
+
+EX_FORMS = [(n, kind, a_regs, trans_b) for kind in B16_KINDS for n in N_SIZES for a_regs, trans_b in
+            ((True, False), (True, True), (False, True))]
+
+
+def _b16_pack_twin(kind: str):
+    def pack(lo, hi):
+        pair = np.array([lo, hi], dtype=np.float32)
+        bits = pair.astype(np.float16).view(np.uint16) if kind == "f16" else _bf16_bits(pair)
+        return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+    pack.__name__ = f"pack_{kind}x2"
+    return pack
+
+
+def _bf16_bits(x) -> np.ndarray:
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _exp2_twin(x):
+    with np.errstate(over="ignore", under="ignore"):
+        return np.float32(np.exp2(np.float32(x)))
+
+
+def _read_operand(st, op: str, addr: np.ndarray, itemsize: int, kind: str) -> tuple[np.ndarray, tuple]:
+    """Values at element start addresses `addr` (any shape) of shared memory, after the race checks of
+    _wgmma_twin: a TMA copy not yet delivered into those bytes is an error."""
+    sim = _sim()
+    lo, hi = int(addr.min()), int(addr.max()) + itemsize
+    view, off = _resolve(st, lo, hi - lo, op)
+    for copy_bar in st.barriers.values():
+        for _, _, _, (clo, chi) in copy_bar.in_flight:
+            if clo < hi and lo < chi:
+                raise sim.SimulatorError(
+                    f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
+                    f"{copy_bar.addr:#x} has not delivered yet: wait on that mbarrier first")
+    idx = (addr - lo + off)[..., None] + np.arange(itemsize)
+    raw = np.ascontiguousarray(view[idx]).view(np.uint16 if itemsize == 2 else np.uint32)[..., 0]
+    return _decode(raw, kind), (lo, hi)
+
+
+def _wgmma_ex_twin(n: int, kind: str, a_regs: bool, trans_b: bool):
+    op = wgmma_ex_name(n, kind, a_regs, trans_b)
+
+    def compute(ops):
+        sim = _sim()
+        st, _ = _block()
+        tids = sorted(ops)
+        first = ops[tids[0]]
+        for tid in tids:
+            a, db, _, fenced = ops[tid]
+            if int(db) != int(first[1]) or (not a_regs and int(a) != int(first[0])):
+                raise sim.SimulatorError(f"{op}: the descriptors differ between threads {tids[0]} and {tid} of "
+                                         "the warpgroup; all 128 must pass the same ones")
+            if not fenced:
+                raise sim.SimulatorError(f"{op}: thread {tid} issued a wgmma without wgmma_fence() since its last "
+                                         "wgmma_wait: the fence orders its registers and shared memory before "
+                                         "the asynchronous MMA reads them")
+        ranges = []
+        if a_regs:
+            regs = np.zeros((WARPGROUP, 4), dtype=np.uint32)
+            for k, tid in enumerate(tids):
+                if len(ops[tid][0]) != 4:
+                    raise ValueError(f"{op}: A is 4 registers of two 16-bit values per thread, got "
+                                     f"{len(ops[tid][0])}")
+                regs[k] = [int(x) & 0xFFFFFFFF for x in ops[tid][0]]
+            halves = np.stack([regs & 0xFFFF, regs >> 16], axis=-1).astype(np.uint16)   # (128, 4, 2)
+            t_, r_, h_ = np.meshgrid(np.arange(WARPGROUP), np.arange(4), np.arange(2), indexing="ij")
+            rows, cols = a_fragment_element(t_, r_, h_)
+            a_raw = np.zeros((64, 16), dtype=np.uint16)
+            a_raw[rows, cols] = halves
+            amat = _decode(a_raw, kind)
+        else:
+            addr = operand_addresses(int(first[0]), 64)[:, ::2]        # element starts, 64 × 16
+            amat, rng_a = _read_operand(st, op, addr, 2, kind)
+            ranges.append(rng_a)
+        baddr = operand_addresses_mn(int(first[1]), n) if trans_b else operand_addresses(int(first[1]), n)[:, ::2]
+        bmat, rng_b = _read_operand(st, op, baddr, 2, kind)
+        ranges.append(rng_b)
+        wg = tids[0] // WARPGROUP
+        st.uncommitted.setdefault(wg, []).extend(ranges)
+        rows, cols = acc_owner(n)
+        c = np.zeros((64, n))
+        c[rows, cols] = np.array([np.asarray(ops[tid][2], dtype=np.float32) for tid in tids], dtype=np.float64)
+        d = (amat @ bmat.T + c).astype(np.float32)
+        out = d[rows, cols]
+        return {tid: tuple(out[k]) for k, tid in enumerate(tids)}
+
+    def twin(a, desc_b, acc):
+        st, t = _block()
+        if len(acc) != n // 2:
+            raise ValueError(f"{op}: the accumulator holds {n // 2} float32, got {len(acc)}")
+        me = _wgmma_thread(st, t.thread_id)
+        a = tuple(a) if a_regs else a
+        return _group_collective(op, _warpgroup_of(t), (a, desc_b, acc, me["fenced"]), compute)
+
+    twin.__name__ = op
+    return twin
+
+
+def _fa3_twins():
+    out = {wgmma_ex_name(*form): _wgmma_ex_twin(*form) for form in EX_FORMS}
+    out.update(pack_f16x2=_b16_pack_twin("f16"), pack_bf16x2=_b16_pack_twin("bf16"), exp2_approx=_exp2_twin)
+    return out
+
+
+def _fa3_intrinsics():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+
+    def make(n: int, kind: str, a_regs: bool, trans_b: bool):
+        nacc = n // 2
+        outs = ",".join(f"${k}" for k in range(nacc))
+        if a_regs:   # d, {a0..a3}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+            text = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{outs}}}, "
+                    f"{{${nacc}, ${nacc + 1}, ${nacc + 2}, ${nacc + 3}}}, ${nacc + 4}, 1, 1, 1, {int(trans_b)};")
+            ins = ["r"] * 4 + ["l"]
+        else:        # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+            text = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{outs}}}, ${nacc}, ${nacc + 1}, "
+                    f"1, 1, 1, 0, {int(trans_b)};")
+            ins = ["l", "l"]
+        cons = ",".join(["=f"] * nacc + ins + [str(k) for k in range(nacc)] + ["~{memory}"])
+
+        @intrinsic
+        def wgmma(typingctx, a, desc_b, acc):
+            if not (isinstance(acc, types.UniTuple) and acc.count == nacc and isinstance(desc_b, types.Integer)):
+                return None
+            if a_regs and not (isinstance(a, types.BaseTuple) and len(a) == 4
+                               and all(isinstance(x, types.Integer) for x in a)):
+                return None
+            if not a_regs and not isinstance(a, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                if a_regs:
+                    avals = [context.cast(builder, builder.extract_value(args[0], k), sig.args[0][k], types.uint32)
+                             for k in range(4)]
+                    ins_t = [i32] * 4
+                else:
+                    avals = [context.cast(builder, args[0], sig.args[0], types.int64)]
+                    ins_t = [i64]
+                db = context.cast(builder, args[1], sig.args[1], types.int64)
+                vals = [builder.extract_value(args[2], k) for k in range(nacc)]
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * nacc), ins_t + [i64] + [f32] * nacc)
+                d = builder.asm(fnty, text, cons, avals + [db] + vals, True, "wgmma")
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(d, k) for k in range(nacc)])
+            return acc(a, desc_b, acc), codegen
+        wgmma.__name__ = wgmma_ex_name(n, kind, a_regs, trans_b)
+        return wgmma
+
+    def pack(kind: str):
+        ptx = f"cvt.rn.{kind}x2.f32 $0, $2, $1;"     # PTX puts its first source in the upper half
+
+        @intrinsic
+        def op(typingctx, lo, hi):
+            if not (isinstance(lo, types.Float) and isinstance(hi, types.Float)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                lo32, hi32 = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
+                return builder.asm(ir.FunctionType(i32, [f32, f32]), ptx, "=r,f,f", [lo32, hi32], False, "cvt")
+            return types.uint32(lo, hi), codegen
+        op.__name__ = f"pack_{kind}x2"
+        return op
+
+    @intrinsic
+    def exp2_approx(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[0], sig.args[0], types.float32)
+            return builder.asm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], False, "ex2")
+        return types.float32(x), codegen
+
+    out = {wgmma_ex_name(*form): make(*form) for form in EX_FORMS}
+    out.update(pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"), exp2_approx=exp2_approx)
+    return out
+
+
+_FA3_FUNCTIONS = _fa3_twins() if SIMULATOR else _fa3_intrinsics()
+globals().update(_FA3_FUNCTIONS)
+__all__ += sorted(_FA3_FUNCTIONS) + ["a_fragment_element", "acc_to_a_registers", "mnmajor_layout",
+                                     "operand_addresses_mn", "wgmma_ex_name", "EX_FORMS", "B16_KINDS"]

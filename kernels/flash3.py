@@ -1,0 +1,388 @@
+"""Kernels of the chapter "FlashAttention-3": the FP16/BF16 fused attention forward pass of the chapter
+"FlashAttention on the tensor cores" rebuilt on Hopper's own instructions (:mod:`lib.runtime.hopper`).
+
+out = softmax(q @ k.T / sqrt(d)) @ v per head; q, k, v int16 bit patterns of FP16 or BF16, shape
+(heads, n, d), d = 64 or 128; out float32 (heads, n, d), as in :mod:`kernels.flash_tc`.
+
+Per block (384 threads, one per SM): warpgroup 0 is the producer (one thread issues TMA copies of the
+block's Q tile once and of K and V tiles into a ring of STAGES slots, each with its 'full' and 'empty'
+mbarrier); warpgroups 1 and 2 are consumers, each owning 64 query rows. Per key tile a consumer computes
+S = Q·Kᵀ with SS-wgmma (m64n128k16, both operands K-major from shared memory), the online softmax on S's
+accumulator fragment in float32 registers (each thread holds 2 rows × 32 columns: a row max is its own
+values and two shuffles across its quad), rounds P to 16 bits *in place* — the accumulator of S is, pair by
+pair, the A operand of the next product (``hopper.acc_to_a_registers``) — and computes O += P·V with an
+RS-wgmma (A = P from registers, B = V read MN-major through the transposed-B form: V stays row-major as
+TMA copied it). The unrolled register code (64 scores, 32 P registers, 32 or 64 outputs per thread) is
+generated as Python source, so every tuple index is a constant and stays a register.
+
+Rungs: ``ws`` (warp-specialised, each wgmma waited for at once), ``overlap`` (FA3's intra-warpgroup
+pipelining: S of tile j+1 and O += P·V of tile j are in flight together while the softmax of j+1 runs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import math
+from pathlib import Path
+
+import numpy as np
+from numba import cuda, float32, int64, uint8
+
+import lib
+from lib.measure.bench import Baseline, Ladder, Rung
+from lib.runtime import hopper
+from lib.runtime.dynamic_shared import allow_dynamic_shared
+from lib.runtime.validate import require
+from kernels import flash_tc
+from kernels.attention import attention_flops
+
+CHAPTER = "flash3"
+KINDS = ("fp16", "bf16")
+HOPPER_KIND = {"fp16": "f16", "bf16": "bf16"}
+HEAD_DIMS = (64, 128)
+BM = 128                        # query rows per block: two consumer warpgroups of 64
+BKV = 128                       # keys per tile: S is m64n128 per consumer
+STAGES = {64: 4, 128: 2}        # K/V ring slots: 4 × 32 KB (d = 64) or 2 × 64 KB (d = 128), + Q
+BOX = 64                        # 16-bit columns per TMA box: one 128-byte, 128B-swizzled row
+ROW_BYTES = 128
+SBO = 8 * ROW_BYTES             # 8-row swizzle atoms, 1024 bytes apart
+SW128 = hopper.SWIZZLE_MODES["128B"]
+LOG2E = 1.4426950408889634
+NEG_INF = float32(-math.inf)
+RUNGS = ("ws", "overlap")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    d: int
+    kind: str
+    causal: bool
+    rung: str
+
+    @property
+    def stages(self):
+        return STAGES[self.d]
+
+    @property
+    def q_bytes(self):
+        return BM * self.d * 2
+
+    @property
+    def tile_bytes(self):          # one K (or V) tile: BKV rows × d, as d / 64 boxes of BKV × 128 bytes
+        return BKV * self.d * 2
+
+    @property
+    def smem_bytes(self):
+        return self.q_bytes + 2 * self.stages * self.tile_bytes + 1024
+
+
+# --- the generated register code ---------------------------------------------------------------------------
+def _rows_of(i: int) -> int:
+    """Which of a thread's two rows (g or g + 8) accumulator register i belongs to."""
+    return (i >> 1) & 1
+
+
+def _col_of(i: int) -> int:
+    """Column of accumulator register i relative to the thread's 2t."""
+    return 8 * (i >> 2) + (i & 1)
+
+
+def _source(cfg: Config) -> str:
+    """Python source of the consumer's device functions for one configuration (every index a constant)."""
+    d, ns, no = cfg.d, BKV // 2, cfg.d // 2            # scores and outputs per thread
+    kind = HOPPER_KIND[cfg.kind]
+    qk = f"hopper.wgmma_m64n{BKV}k16_{kind}"
+    pv = f"hopper.wgmma_rs_m64n{d}k16_{kind}_tb"
+    pack = f"hopper.pack_{kind}x2"
+    L = []
+    # S = Q·Kᵀ: d / 16 wgmma; K of 16 elements = 32 bytes inside a 128-byte row, then the next box
+    L.append("def qk(q_addr, k_addr):")
+    L.append(f"    s = hopper.zeros_acc({ns})")
+    L.append("    hopper.wgmma_fence()")
+    for kk in range(d // 16):
+        qoff = (kk // 4) * BM * ROW_BYTES + (kk % 4) * 32
+        koff = (kk // 4) * BKV * ROW_BYTES + (kk % 4) * 32
+        L.append(f"    s = {qk}(hopper.make_desc(q_addr + {qoff}, 16, {SBO}, {SW128}), "
+                 f"hopper.make_desc(k_addr + {koff}, 16, {SBO}, {SW128}), s)")
+    L.append("    hopper.wgmma_commit()")
+    L.append("    return s")
+    # O += P·V: BKV / 16 RS-wgmma; V MN-major: d / 64 boxes LBO apart, 8 key rows SBO apart, k16 = 2 atoms
+    L.append("def pv(p, v_addr, o):")
+    L.append("    hopper.wgmma_fence()")
+    for kk in range(BKV // 16):
+        regs = ", ".join(f"p[{4 * kk + r}]" for r in range(4))
+        L.append(f"    o = {pv}(({regs}), hopper.make_desc(v_addr + {kk * 2 * SBO}, {BKV * ROW_BYTES}, {SBO}, "
+                 f"{SW128}), o)")
+    L.append("    hopper.wgmma_commit()")
+    L.append("    return o")
+    # the causal mask of a diagonal tile: key column (relative to the thread's 2t) c of row h is kept while
+    # c < lim_h, lim_h = query row + 1 - the tile's first key of this thread
+    L.append("def mask(s, lim0, lim1):")
+    for i in range(ns):             # one statement each: a tuple display of branches would not compile
+        L.append(f"    y{i} = s[{i}] if {_col_of(i)} < lim{_rows_of(i)} else NEG_INF")
+    L.append(f"    return ({', '.join(f'y{i}' for i in range(ns))},)")
+    # the online softmax step: new row maxima (quad shuffles), P = exp2(s·C − m) packed as A registers,
+    # this thread's share of the row sums, the rescale factor of the old O and l
+    L.append("def softmax(s, m0, m1, l0, l1, c):")
+    for h in (0, 1):
+        idx = [i for i in range(ns) if _rows_of(i) == h]
+        expr = f"s[{idx[0]}]"
+        for i in idx[1:]:
+            expr = f"max({expr}, s[{i}])"
+        L.append(f"    x{h} = {expr}")
+        L.append(f"    x{h} = max(x{h}, cuda.shfl_xor_sync(0xFFFFFFFF, x{h}, 1))")
+        L.append(f"    x{h} = max(x{h}, cuda.shfl_xor_sync(0xFFFFFFFF, x{h}, 2))")
+        L.append(f"    n{h} = max(m{h}, x{h} * c)")
+        L.append(f"    u{h} = n{h} if n{h} != NEG_INF else float32(0.0)")   # a row with no key yet: 0, not NaN
+        L.append(f"    a{h} = hopper.exp2_approx(m{h} - u{h})")
+    for i in range(ns):
+        L.append(f"    e{i} = hopper.exp2_approx(s[{i}] * c - u{_rows_of(i)})")
+    for h in (0, 1):
+        terms = " + ".join(f"e{i}" for i in range(ns) if _rows_of(i) == h)
+        L.append(f"    l{h} = l{h} * a{h} + ({terms})")
+    regs = ", ".join(f"{pack}(e{2 * r}, e{2 * r + 1})" for r in range(ns // 2))
+    L.append(f"    return ({regs},), n0, n1, l0, l1, a0, a1")
+    L.append("def rescale(o, a0, a1):")
+    items = ", ".join(f"o[{i}] * a{_rows_of(i)}" for i in range(no))
+    L.append(f"    return ({items},)")
+    return "\n".join(L) + "\n"
+
+
+def _device_functions(cfg: Config) -> dict:
+    space = {"hopper": hopper, "cuda": cuda, "float32": float32, "NEG_INF": NEG_INF}
+    src, name = _source(cfg), f"<flash3 {cfg.d} {cfg.kind} {cfg.causal} {cfg.rung}>"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)   # inspect.getsource finds it
+    exec(compile(src, name, "exec"), space)
+    return {name: cuda.jit(device=True, fastmath=True)(space[name])
+            for name in ("qk", "pv", "mask", "softmax", "rescale")}
+
+
+# --- the kernel --------------------------------------------------------------------------------------------
+_KERNELS: dict = {}
+
+
+def make_kernel(cfg: Config):
+    """The compiled kernel of a configuration (built once)."""
+    if cfg in _KERNELS:
+        return _KERNELS[cfg]
+    if cfg.d not in HEAD_DIMS or cfg.kind not in KINDS or cfg.rung not in RUNGS:
+        raise ValueError(f"no flash3 kernel for {cfg}: d in {HEAD_DIMS}, kind in {KINDS}, rung in {RUNGS}")
+    f = _device_functions(cfg)
+    qk, pv, mask, softmax, rescale = f["qk"], f["pv"], f["mask"], f["softmax"], f["rescale"]
+    D, S, CAUSAL, OVERLAP = cfg.d, cfg.stages, cfg.causal, cfg.rung == "overlap"
+    Q_BYTES, TILE = cfg.q_bytes, cfg.tile_bytes
+    BOXES = D // BOX
+    NO = D // 2                             # float32 outputs per consumer thread
+    RING = Q_BYTES                          # K slot s at RING + 2·s·TILE, V slot s right after it
+    NBAR = 1 + 4 * S                        # q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
+    bounds = {} if lib.SIMULATOR else {"launch_bounds": (384, 1)}
+
+    @cuda.jit(device=True)
+    def load_tile(tmap, dst, row, bar):
+        """One thread: TMA the BKV × D tile at `row` as D / 64 boxes, completing on `bar`."""
+        hopper.mbar_arrive_expect_tx(bar, TILE)
+        for b in range(BOXES):
+            hopper.tma_load_2d(dst + b * BKV * ROW_BYTES, tmap, b * BOX, row, bar)
+
+    @cuda.jit(device=True)
+    def wait(bar, parity):
+        while hopper.mbar_try_wait(bar, parity) == 0:
+            pass
+
+    @cuda.jit(**bounds, fastmath=True)
+    def flash3_kernel(tq, tk, tv, out, n, c):
+        """out[z, i] = softmax_j(q[z, i]·k[z, j] · c / log2 e) v[z, j] for the block's BM query rows.
+
+        Memory: Q by TMA once per block, K and V by TMA once per query block (causal: only the tiles left
+        of the diagonal), out written once from registers (float32). Launch: grid (heads, n / BM), 384
+        threads, cfg.smem_bytes of dynamic shared memory; n % BM == 0 (the launcher checks).
+        """
+        smem = cuda.shared.array(0, uint8)
+        bars = cuda.shared.array(NBAR, int64)
+        tid = cuda.threadIdx.x
+        base = hopper.smem_u32(smem)
+        base += (1024 - (base & 1023)) & 1023
+        q_full = hopper.smem_u32(bars)
+        k_full = q_full + 8
+        v_full = k_full + 8 * S
+        k_empty = v_full + 8 * S
+        v_empty = k_empty + 8 * S
+        z = cuda.blockIdx.x
+        mb = cuda.gridDim.y - 1 - cuda.blockIdx.y        # the longest (causal) query blocks start first
+        m0 = mb * BM
+        row0 = z * n + m0                                # first row of the block in the (heads·n, D) maps
+        tiles = n // BKV
+        if CAUSAL:
+            tiles = min(tiles, (m0 + BM + BKV - 1) // BKV)
+        if tid == 0:
+            hopper.tmap_acquire(tq)
+            hopper.tmap_acquire(tk)
+            hopper.tmap_acquire(tv)
+            hopper.mbar_init(q_full, 1)
+            for s in range(S):
+                hopper.mbar_init(k_full + 8 * s, 1)
+                hopper.mbar_init(v_full + 8 * s, 1)
+                hopper.mbar_init(k_empty + 8 * s, 8)     # one arrival per consumer warp
+                hopper.mbar_init(v_empty + 8 * s, 8)
+            hopper.fence_mbarrier_init()
+        cuda.syncthreads()
+        if tid < 128:
+            hopper.setmaxnreg_dec(24)
+            if tid == 0:
+                hopper.mbar_arrive_expect_tx(q_full, Q_BYTES)
+                for b in range(BOXES):
+                    hopper.tma_load_2d(base + b * BM * ROW_BYTES, tq, b * BOX, row0, q_full)
+                for j in range(tiles):
+                    slot = j % S
+                    free = ((j // S) & 1) ^ 1            # the previous round's parity: a fresh barrier passes
+                    kv_row = z * n + j * BKV
+                    wait(k_empty + 8 * slot, free)
+                    load_tile(tk, base + RING + 2 * slot * TILE, kv_row, k_full + 8 * slot)
+                    wait(v_empty + 8 * slot, free)
+                    load_tile(tv, base + RING + (2 * slot + 1) * TILE, kv_row, v_full + 8 * slot)
+        else:
+            hopper.setmaxnreg_inc(240)
+            w = tid // 128 - 1                            # consumer 0 or 1: query rows 64w..64w+63
+            lane = tid % 32
+            warp = (tid // 32) % 4
+            g, t = lane // 4, lane % 4
+            q_addr = base + w * 64 * ROW_BYTES
+            r0 = m0 + 64 * w + 16 * warp + g              # this thread's two query rows: r0 and r0 + 8
+            m_0 = m_1 = NEG_INF
+            l_0 = l_1 = float32(0.0)
+            o = hopper.zeros_acc(NO)
+            wait(q_full, 0)
+            if OVERLAP:
+                # tile 0: S and its softmax alone; then per tile j: S_j and P_{j-1}·V_{j-1} in flight
+                # together, the softmax of S_j while the second runs, O rescaled once both are done
+                wait(k_full, 0)
+                s = qk(q_addr, base + RING)
+                hopper.wgmma_wait(0)
+                if lane == 0:
+                    hopper.mbar_arrive(k_empty)
+                if CAUSAL and BKV > m0 + 64 * w:
+                    s = mask(s, r0 + 1 - 2 * t, r0 + 9 - 2 * t)
+                p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                for j in range(1, tiles):
+                    slot = j % S
+                    prev = (j - 1) % S
+                    wait(k_full + 8 * slot, (j // S) & 1)
+                    s = qk(q_addr, base + RING + 2 * slot * TILE)
+                    wait(v_full + 8 * prev, ((j - 1) // S) & 1)
+                    o = pv(p, base + RING + (2 * prev + 1) * TILE, o)
+                    hopper.wgmma_wait(1)                  # S_j done; the P·V of tile j - 1 may still run
+                    if lane == 0:
+                        hopper.mbar_arrive(k_empty + 8 * slot)
+                    if CAUSAL and (j + 1) * BKV > m0 + 64 * w:
+                        s = mask(s, r0 + 1 - j * BKV - 2 * t, r0 + 9 - j * BKV - 2 * t)
+                    p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                    hopper.wgmma_wait(0)
+                    if lane == 0:
+                        hopper.mbar_arrive(v_empty + 8 * prev)
+                    o = rescale(o, a0, a1)
+                last = (tiles - 1) % S
+                wait(v_full + 8 * last, ((tiles - 1) // S) & 1)
+                o = pv(p, base + RING + (2 * last + 1) * TILE, o)
+                hopper.wgmma_wait(0)
+                if lane == 0:
+                    hopper.mbar_arrive(v_empty + 8 * last)
+            else:
+                for j in range(tiles):
+                    slot = j % S
+                    ph = (j // S) & 1
+                    wait(k_full + 8 * slot, ph)
+                    s = qk(q_addr, base + RING + 2 * slot * TILE)
+                    hopper.wgmma_wait(0)
+                    if lane == 0:
+                        hopper.mbar_arrive(k_empty + 8 * slot)
+                    if CAUSAL and (j + 1) * BKV > m0 + 64 * w:   # the diagonal tile: keys past the row masked
+                        s = mask(s, r0 + 1 - j * BKV - 2 * t, r0 + 9 - j * BKV - 2 * t)
+                    p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                    o = rescale(o, a0, a1)
+                    wait(v_full + 8 * slot, ph)
+                    o = pv(p, base + RING + (2 * slot + 1) * TILE, o)
+                    hopper.wgmma_wait(0)
+                    if lane == 0:
+                        hopper.mbar_arrive(v_empty + 8 * slot)
+            l_0 += cuda.shfl_xor_sync(0xFFFFFFFF, l_0, 1)
+            l_0 += cuda.shfl_xor_sync(0xFFFFFFFF, l_0, 2)
+            l_1 += cuda.shfl_xor_sync(0xFFFFFFFF, l_1, 1)
+            l_1 += cuda.shfl_xor_sync(0xFFFFFFFF, l_1, 2)
+            o = rescale(o, float32(1.0) / l_0, float32(1.0) / l_1)
+            hopper.store_acc(out, o, z * n + r0, 2 * t)
+
+    _KERNELS[cfg] = flash3_kernel
+    return flash3_kernel
+
+
+def _maps(x, rows_per_box, d):
+    flat = x.reshape(x.shape[0] * x.shape[1], d)
+    flat = flat.view(np.uint16) if flat.dtype != np.uint16 else flat
+    return hopper.tensor_map_2d(flat, rows_per_box, BOX, "128B")
+
+
+def flash3(q, k, v, out, kind: str, causal: bool = False, rung: str = "overlap"):
+    """out (float32, heads × n × d) = attention(q, k, v); q, k, v int16 bit patterns of `kind` ('fp16' or
+    'bf16'), shape (heads, n, d) with d = 64 or 128 and n a multiple of 128."""
+    where = f"flash3_{kind}" + ("_causal" if causal else "")
+    if kind not in KINDS:
+        raise ValueError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        require(x, name, dtype=np.int16, ndim=3, where=where)
+    heads, n, d = q.shape
+    if k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"{where}: q, k and v must have one shape (heads, n, d); got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)} (this kernel has as many keys as queries)")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"{where}: head dimension d must be one of {HEAD_DIMS}, got {d}")
+    if n % BM or n == 0:
+        raise ValueError(f"{where}: n must be a positive multiple of {BM} (no ragged tiles), got {n}")
+    require(out, "out", dtype=np.float32, shape=(heads, n, d), where=where)
+    cfg = Config(d, kind, causal, rung)
+    kernel = make_kernel(cfg)
+    tq, tk, tv = _maps(q, BM, d), _maps(k, BKV, d), _maps(v, BKV, d)
+    out2 = out.reshape(heads * n, d)
+    args = (tq, tk, tv, out2, n, float32(LOG2E / math.sqrt(d)))
+    allow_dynamic_shared(kernel, args, cfg.smem_bytes)
+    kernel[(heads, n // BM), 384, 0, cfg.smem_bytes](*args)
+
+
+def rung_name(rung: str, kind: str, causal: bool = False) -> str:
+    return f"flash3_{rung}_{kind}" + ("_causal" if causal else "")
+
+
+def _rung(rung, kind, causal, note):
+    def run(q, k, v, out):
+        flash3(q, k, v, out, kind, causal, rung)
+    run.__name__ = rung_name(rung, kind, causal)
+    return Rung(rung_name(rung, kind, causal), run, note)
+
+
+RUNG_NOTES = {"ws": "producer WG + 2 consumers, TMA ring, SS + RS wgmma, each waited at once",
+              "overlap": "+ S of tile j+1 and P·V of tile j in flight during the softmax"}
+
+HEADS = 16
+SIZES = {64: [(HEADS, 4096, 64)], 128: [(HEADS, 4096, 128), (HEADS, 16384, 128)]}
+SIM_SIZES = {64: [(1, 256, 64)], 128: [(1, 256, 128)]}
+
+
+def _sdpa_name(kind, causal):
+    return f"torch.sdpa.{kind}" + (".causal" if causal else "")
+
+
+def _ladder(kind, d, causal):
+    label = {"fp16": "float16", "bf16": "bfloat16"}[kind]
+    rungs = [dataclasses.replace(_rung(r, kind, causal, RUNG_NOTES[r]), dtype=label) for r in RUNGS]
+    base = Baseline(_sdpa_name(kind, causal), flash_tc._sdpa(kind, causal), "SDPA on the same 16-bit inputs, "
+                    "its output copied to float32", dtype=label)
+    return Ladder(chapter=CHAPTER, topic=f"{kind} d{d}" + (" causal" if causal else ""),
+                  description=f"{kind} q, k, v, float32 out, d = {d}" + (", causal" if causal else ""),
+                  make_inputs=flash_tc.make_inputs(kind), out_shape=lambda q, k, v: q.shape,
+                  reference=flash_tc.reference(kind, causal), bytes=lambda size: flash_tc.qkvo_bytes(*size),
+                  flops=lambda size: attention_flops(*size, causal=causal), unit="TFLOP/s",
+                  sizes=SIZES[d] if not causal else [(HEADS, 4096, d)], sim_sizes=SIM_SIZES[d], rungs=rungs,
+                  baselines=[base], tolerance=flash_tc.tolerance(kind, causal))
+
+
+LADDERS = [_ladder(kind, d, causal) for kind in KINDS for d in HEAD_DIMS for causal in (False, True)
+           if not (causal and d == 64)]
