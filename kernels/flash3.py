@@ -16,7 +16,8 @@ TMA copied it). The unrolled register code (64 scores, 32 P registers, 32 or 64 
 generated as Python source, so every tuple index is a constant and stays a register.
 
 Rungs: ``ws`` (warp-specialised, each wgmma waited for at once), ``overlap`` (FA3's intra-warpgroup
-pipelining: S of tile j+1 and O += P·V of tile j are in flight together while the softmax of j+1 runs).
+pipelining: S of tile j+1 and O += P·V of tile j are in flight together while the softmax of j+1 runs),
+``pingpong`` (overlap, and the two consumers take turns to issue their GEMMs through named barriers).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ SBO = 8 * ROW_BYTES             # 8-row swizzle atoms, 1024 bytes apart
 SW128 = hopper.SWIZZLE_MODES["128B"]
 LOG2E = 1.4426950408889634
 NEG_INF = float32(-math.inf)
-RUNGS = ("ws", "overlap")
+RUNGS = ("ws", "overlap", "pingpong")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +170,9 @@ def make_kernel(cfg: Config):
         raise ValueError(f"no flash3 kernel for {cfg}: d in {HEAD_DIMS}, kind in {KINDS}, rung in {RUNGS}")
     f = _device_functions(cfg)
     qk, pv, mask, softmax, rescale = f["qk"], f["pv"], f["mask"], f["softmax"], f["rescale"]
-    D, S, CAUSAL, OVERLAP = cfg.d, cfg.stages, cfg.causal, cfg.rung == "overlap"
+    D, S, CAUSAL = cfg.d, cfg.stages, cfg.causal
+    OVERLAP, PINGPONG = cfg.rung in ("overlap", "pingpong"), cfg.rung == "pingpong"
+    TURN = 1                                # named barriers 1 and 2: the consumers' turns
     Q_BYTES, TILE = cfg.q_bytes, cfg.tile_bytes
     BOXES = D // BOX
     NO = D // 2                             # float32 outputs per consumer thread
@@ -254,9 +257,17 @@ def make_kernel(cfg: Config):
             wait(q_full, 0)
             if OVERLAP:
                 # tile 0: S and its softmax alone; then per tile j: S_j and P_{j-1}·V_{j-1} in flight
-                # together, the softmax of S_j while the second runs, O rescaled once both are done
+                # together, the softmax of S_j while the second runs, O rescaled once both are done.
+                # Ping-pong: the two consumers take turns to issue their GEMMs (named barriers TURN + w), so
+                # one warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
+                if PINGPONG and w == 1:
+                    hopper.named_barrier_arrive(TURN, 256)          # consumer 0 has the first turn
                 wait(k_full, 0)
+                if PINGPONG:
+                    hopper.named_barrier_sync(TURN + w, 256)
                 s = qk(q_addr, base + RING)
+                if PINGPONG:
+                    hopper.named_barrier_arrive(TURN + 1 - w, 256)
                 hopper.wgmma_wait(0)
                 if lane == 0:
                     hopper.mbar_arrive(k_empty)
@@ -267,9 +278,13 @@ def make_kernel(cfg: Config):
                     slot = j % S
                     prev = (j - 1) % S
                     wait(k_full + 8 * slot, (j // S) & 1)
-                    s = qk(q_addr, base + RING + 2 * slot * TILE)
                     wait(v_full + 8 * prev, ((j - 1) // S) & 1)
+                    if PINGPONG:
+                        hopper.named_barrier_sync(TURN + w, 256)
+                    s = qk(q_addr, base + RING + 2 * slot * TILE)
                     o = pv(p, base + RING + (2 * prev + 1) * TILE, o)
+                    if PINGPONG:
+                        hopper.named_barrier_arrive(TURN + 1 - w, 256)
                     hopper.wgmma_wait(1)                  # S_j done; the P·V of tile j - 1 may still run
                     if lane == 0:
                         hopper.mbar_arrive(k_empty + 8 * slot)
@@ -282,10 +297,16 @@ def make_kernel(cfg: Config):
                     o = rescale(o, a0, a1)
                 last = (tiles - 1) % S
                 wait(v_full + 8 * last, ((tiles - 1) // S) & 1)
+                if PINGPONG:
+                    hopper.named_barrier_sync(TURN + w, 256)
                 o = pv(p, base + RING + (2 * last + 1) * TILE, o)
+                if PINGPONG:
+                    hopper.named_barrier_arrive(TURN + 1 - w, 256)
                 hopper.wgmma_wait(0)
                 if lane == 0:
                     hopper.mbar_arrive(v_empty + 8 * last)
+                if PINGPONG and w == 0:
+                    hopper.named_barrier_sync(TURN, 256)            # consumer 1's last arrival: none left over
             else:
                 for j in range(tiles):
                     slot = j % S
@@ -359,7 +380,8 @@ def _rung(rung, kind, causal, note):
 
 
 RUNG_NOTES = {"ws": "producer WG + 2 consumers, TMA ring, SS + RS wgmma, each waited at once",
-              "overlap": "+ S of tile j+1 and P·V of tile j in flight during the softmax"}
+              "overlap": "+ S of tile j+1 and P·V of tile j in flight during the softmax",
+              "pingpong": "+ the two consumers take turns to issue their GEMMs (named barriers)"}
 
 HEADS = 16
 SIZES = {64: [(HEADS, 4096, 64)], 128: [(HEADS, 4096, 128), (HEADS, 16384, 128)]}

@@ -960,7 +960,8 @@ __all__ = sorted(_FUNCTIONS) + [
 # =========================================================================================================
 # FlashAttention-3's additions (issue 29): wgmma with A from registers ("RS"), B read MN-major (imm-trans-b,
 # the form P·V needs when V is stored row-major), the float32 -> 16-bit pair conversion that turns an
-# accumulator fragment into an A fragment, and exp2.approx. Each with its simulator twin, as above.
+# accumulator fragment into an A fragment, exp2.approx, and bar.arrive (named_barrier_arrive: count at a
+# named barrier without waiting, the other half of a ping-pong of turns). Each with its simulator twin.
 # =========================================================================================================
 B16_KINDS = ("f16", "bf16")          # RS and transposed-B forms: 16-bit inputs only (PTX: no trans for TF32)
 
@@ -1128,9 +1129,31 @@ def _wgmma_ex_twin(n: int, kind: str, a_regs: bool, trans_b: bool):
     return twin
 
 
+def _named_barrier_arrive_twin(barrier_id, nthreads):
+    """bar.arrive: count this thread at barrier id without waiting; completing the count releases the
+    threads that wait there with named_barrier_sync (the ping-pong of two warpgroups' turns)."""
+    sim = _sim()
+    st, t = _block()
+    bid, nthreads = int(barrier_id), int(nthreads)
+    if not 1 <= bid < 16:
+        raise ValueError(f"named_barrier_arrive: barrier id must be in 1..15 (0 is __syncthreads), got {bid}")
+    if nthreads % 32 or not 0 < nthreads <= t.manager.nthreads:
+        raise ValueError(f"named_barrier_arrive: the thread count must be a multiple of 32 up to the block's "
+                         f"{t.manager.nthreads}, got {nthreads}")
+    arrived = st.named.setdefault(bid, [])
+    arrived.append(t.thread_id)
+    if len(arrived) == nthreads:
+        del st.named[bid]
+        sim.unpark(("named", bid))
+    else:
+        sim.describe_parked(("named", bid), f"named_barrier_sync({bid}, {nthreads}): {len(arrived)} of "
+                            f"{nthreads} threads arrived")
+
+
 def _fa3_twins():
     out = {wgmma_ex_name(*form): _wgmma_ex_twin(*form) for form in EX_FORMS}
-    out.update(pack_f16x2=_b16_pack_twin("f16"), pack_bf16x2=_b16_pack_twin("bf16"), exp2_approx=_exp2_twin)
+    out.update(pack_f16x2=_b16_pack_twin("f16"), pack_bf16x2=_b16_pack_twin("bf16"), exp2_approx=_exp2_twin,
+               named_barrier_arrive=_named_barrier_arrive_twin)
     return out
 
 
@@ -1206,8 +1229,18 @@ def _fa3_intrinsics():
             return builder.asm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], False, "ex2")
         return types.float32(x), codegen
 
+    @intrinsic
+    def named_barrier_arrive(typingctx, barrier_id, nthreads):
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
+            vals = [context.cast(builder, a, t, types.uint32) for a, t in zip(args, sig.args)]
+            builder.asm(fnty, "bar.arrive $0, $1;", "r,r,~{memory}", vals, True, "bar_arrive")
+            return context.get_dummy_value()
+        return types.void(barrier_id, nthreads), codegen
+
     out = {wgmma_ex_name(*form): make(*form) for form in EX_FORMS}
-    out.update(pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"), exp2_approx=exp2_approx)
+    out.update(pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"), exp2_approx=exp2_approx,
+               named_barrier_arrive=named_barrier_arrive)
     return out
 
 
