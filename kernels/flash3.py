@@ -98,7 +98,7 @@ def _source(cfg: Config) -> str:
     L = []
     # S = Q·Kᵀ: d / 16 wgmma; K of 16 elements = 32 bytes inside a 128-byte row, then the next box
     L.append("def qk(q_addr, k_addr):")
-    L.append(f"    s = hopper.zeros_acc({ns})")
+    L.append(f"    s = hopper.fence_operands(hopper.zeros_acc({ns}))")   # zeroed before the stage opens
     L.append("    hopper.wgmma_fence()")
     for kk in range(d // 16):
         qoff = (kk // 4) * BM * ROW_BYTES + (kk % 4) * 32
@@ -141,11 +141,17 @@ def _source(cfg: Config) -> str:
     for h in (0, 1):
         terms = " + ".join(f"e{i}" for i in range(ns) if _rows_of(i) == h)
         L.append(f"    l{h} = l{h} * a{h} + ({terms})")
-    regs = ", ".join(f"{pack}(e{2 * r}, e{2 * r + 1})" for r in range(ns // 2))
-    L.append(f"    return ({regs},), n0, n1, l0, l1, a0, a1")
+    L.append(f"    return ({', '.join(f'e{i}' for i in range(ns))},), n0, n1, l0, l1, a0, a1")
+    # P as the A registers of P·V (pairs of the accumulator layout, acc_to_a_registers). Fenced: the
+    # conversions happen here, not sunk between the wgmmas of an open pipeline stage (ptxas would then
+    # serialize every wgmma of the kernel, C7513); and the overlap rung converts only after the previous
+    # P·V has been waited for, since its A registers must not be redefined while it runs.
+    L.append("def to_a(e):")
+    regs = ", ".join(f"{pack}(e[{2 * r}], e[{2 * r + 1}])" for r in range(ns // 2))
+    L.append(f"    return hopper.fence_operands(({regs},))")
     L.append("def rescale(o, a0, a1):")
     items = ", ".join(f"o[{i}] * a{_rows_of(i)}" for i in range(no))
-    L.append(f"    return ({items},)")
+    L.append(f"    return hopper.fence_operands(({items},))")
     return "\n".join(L) + "\n"
 
 
@@ -155,7 +161,7 @@ def _device_functions(cfg: Config) -> dict:
     linecache.cache[name] = (len(src), None, src.splitlines(True), name)   # inspect.getsource finds it
     exec(compile(src, name, "exec"), space)
     return {name: cuda.jit(device=True, fastmath=True)(space[name])
-            for name in ("qk", "pv", "mask", "softmax", "rescale")}
+            for name in ("qk", "pv", "mask", "softmax", "to_a", "rescale")}
 
 
 # --- the kernel --------------------------------------------------------------------------------------------
@@ -169,7 +175,7 @@ def make_kernel(cfg: Config):
     if cfg.d not in HEAD_DIMS or cfg.kind not in KINDS or cfg.rung not in RUNGS:
         raise ValueError(f"no flash3 kernel for {cfg}: d in {HEAD_DIMS}, kind in {KINDS}, rung in {RUNGS}")
     f = _device_functions(cfg)
-    qk, pv, mask, softmax, rescale = f["qk"], f["pv"], f["mask"], f["softmax"], f["rescale"]
+    qk, pv, mask, softmax, to_a, rescale = f["qk"], f["pv"], f["mask"], f["softmax"], f["to_a"], f["rescale"]
     D, S, CAUSAL = cfg.d, cfg.stages, cfg.causal
     OVERLAP, PINGPONG = cfg.rung in ("overlap", "pingpong"), cfg.rung == "pingpong"
     TURN = 1                                # named barriers 1 and 2: the consumers' turns
@@ -253,7 +259,7 @@ def make_kernel(cfg: Config):
             r0 = m0 + 64 * w + 16 * warp + g              # this thread's two query rows: r0 and r0 + 8
             m_0 = m_1 = NEG_INF
             l_0 = l_1 = float32(0.0)
-            o = hopper.zeros_acc(NO)
+            o = hopper.fence_operands(hopper.zeros_acc(NO))
             wait(q_full, 0)
             if OVERLAP:
                 # tile 0: S and its softmax alone; then per tile j: S_j and P_{j-1}·V_{j-1} in flight
@@ -273,7 +279,8 @@ def make_kernel(cfg: Config):
                     hopper.mbar_arrive(k_empty)
                 if CAUSAL and BKV > m0 + 64 * w:
                     s = mask(s, r0 + 1 - 2 * t, r0 + 9 - 2 * t)
-                p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                e, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                p = to_a(e)
                 for j in range(1, tiles):
                     slot = j % S
                     prev = (j - 1) % S
@@ -290,11 +297,12 @@ def make_kernel(cfg: Config):
                         hopper.mbar_arrive(k_empty + 8 * slot)
                     if CAUSAL and (j + 1) * BKV > m0 + 64 * w:
                         s = mask(s, r0 + 1 - j * BKV - 2 * t, r0 + 9 - j * BKV - 2 * t)
-                    p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                    e, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
                     hopper.wgmma_wait(0)
                     if lane == 0:
                         hopper.mbar_arrive(v_empty + 8 * prev)
                     o = rescale(o, a0, a1)
+                    p = to_a(e)
                 last = (tiles - 1) % S
                 wait(v_full + 8 * last, ((tiles - 1) // S) & 1)
                 if PINGPONG:
@@ -318,8 +326,9 @@ def make_kernel(cfg: Config):
                         hopper.mbar_arrive(k_empty + 8 * slot)
                     if CAUSAL and (j + 1) * BKV > m0 + 64 * w:   # the diagonal tile: keys past the row masked
                         s = mask(s, r0 + 1 - j * BKV - 2 * t, r0 + 9 - j * BKV - 2 * t)
-                    p, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
+                    e, m_0, m_1, l_0, l_1, a0, a1 = softmax(s, m_0, m_1, l_0, l_1, c)
                     o = rescale(o, a0, a1)
+                    p = to_a(e)
                     wait(v_full + 8 * slot, ph)
                     o = pv(p, base + RING + (2 * slot + 1) * TILE, o)
                     hopper.wgmma_wait(0)

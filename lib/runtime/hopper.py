@@ -274,6 +274,8 @@ def _gpu_tensor_map(array, box_rows, box_cols, mode):
 
 # --- ptxas's view of a kernel (GPU machines) -------------------------------------------------------------
 HIDDEN_WARNINGS = {"C7510": "wgmma serialized: ptxas inserted waits between the warpgroup MMAs",
+                   "C7513": "wgmma serialized: a non-wgmma instruction defines a wgmma input register inside its "
+                            "pipeline stage (ptxas says it as 'info', not 'warning')",
                    "C7508": "setmaxnreg ignored: the kernel needs a register cap at entry (launch_bounds)"}
 SASS_OPS = r"\b(HGMMA[.A-Z0-9x]*|UTMALDG[.A-Z0-9]*|UTMASTG[.A-Z0-9]*|SYNCS\.[A-Z0-9.]+|USETMAXREG[.A-Z0-9]*|" \
            r"WARPGROUP\.[A-Z.]+|LDL|STL|BAR\.[A-Z.]+)\b"
@@ -1150,8 +1152,14 @@ def _named_barrier_arrive_twin(barrier_id, nthreads):
                             f"{nthreads} threads arrived")
 
 
+def _fence_operands_twin(values):
+    _block()
+    return tuple(values)
+
+
 def _fa3_twins():
     out = {wgmma_ex_name(*form): _wgmma_ex_twin(*form) for form in EX_FORMS}
+    out["fence_operands"] = _fence_operands_twin
     out.update(pack_f16x2=_b16_pack_twin("f16"), pack_bf16x2=_b16_pack_twin("bf16"), exp2_approx=_exp2_twin,
                named_barrier_arrive=_named_barrier_arrive_twin)
     return out
@@ -1238,7 +1246,26 @@ def _fa3_intrinsics():
             return context.get_dummy_value()
         return types.void(barrier_id, nthreads), codegen
 
+    @intrinsic
+    def fence_operands(typingctx, values):
+        """The tuple, unchanged, through an empty volatile asm (CUTLASS's warpgroup_fence_operand): its values
+        are computed before this point, so the compiler cannot sink their definitions (a cvt, a multiply)
+        between the wgmmas of an open pipeline stage, which makes ptxas serialize every wgmma (C7513)."""
+        if not (isinstance(values, types.UniTuple) and values.dtype in (types.float32, types.uint32, types.int32)):
+            return None
+        count, is_f = values.count, values.dtype == types.float32
+        ty = f32 if is_f else i32
+
+        def codegen(context, builder, sig, args):
+            vals = [builder.extract_value(args[0], k) for k in range(count)]
+            cons = ",".join([("=f" if is_f else "=r")] * count + [str(k) for k in range(count)])
+            fnty = ir.FunctionType(ir.LiteralStructType([ty] * count), [ty] * count)
+            res = builder.asm(fnty, "", cons, vals, True, "fence_operands")
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(count)])
+        return values(values), codegen
+
     out = {wgmma_ex_name(*form): make(*form) for form in EX_FORMS}
+    out["fence_operands"] = fence_operands
     out.update(pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"), exp2_approx=exp2_approx,
                named_barrier_arrive=named_barrier_arrive)
     return out
