@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import linecache
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -203,8 +204,9 @@ def make_kernel(cfg: Config):
         """out[z, i] = softmax_j(q[z, i]·k[z, j] · c / log2 e) v[z, j] for the block's BM query rows.
 
         Memory: Q by TMA once per block, K and V by TMA once per query block (causal: only the tiles left
-        of the diagonal), out written once from registers (float32). Launch: grid (heads, n / BM), 384
-        threads, cfg.smem_bytes of dynamic shared memory; n % BM == 0 (the launcher checks).
+        of the diagonal), out written once from registers (float32). Launch: grid (n / BM, heads), causal
+        (heads, n / BM), 384 threads, cfg.smem_bytes of dynamic shared memory; n % BM == 0 (the launcher
+        checks).
         """
         smem = cuda.shared.array(0, uint8)
         bars = cuda.shared.array(NBAR, int64)
@@ -216,8 +218,12 @@ def make_kernel(cfg: Config):
         v_full = k_full + 8 * S
         k_empty = v_full + 8 * S
         v_empty = k_empty + 8 * S
-        z = cuda.blockIdx.x
-        mb = cuda.gridDim.y - 1 - cuda.blockIdx.y        # the longest (causal) query blocks start first
+        if CAUSAL:      # grid (heads, query blocks): the longest query blocks of every head start first
+            z = cuda.blockIdx.x
+            mb = cuda.gridDim.y - 1 - cuda.blockIdx.y
+        else:           # grid (query blocks, heads): the blocks running together share one head's K and V in L2
+            z = cuda.blockIdx.y
+            mb = cuda.blockIdx.x
         m0 = mb * BM
         row0 = z * n + m0                                # first row of the block in the (heads·n, D) maps
         tiles = n // BKV
@@ -374,7 +380,8 @@ def flash3(q, k, v, out, kind: str, causal: bool = False, rung: str = "overlap")
     out2 = out.reshape(heads * n, d)
     args = (tq, tk, tv, out2, n, float32(LOG2E / math.sqrt(d)))
     allow_dynamic_shared(kernel, args, cfg.smem_bytes)
-    kernel[(heads, n // BM), 384, 0, cfg.smem_bytes](*args)
+    grid = (heads, n // BM) if causal else (n // BM, heads)
+    kernel[grid, 384, 0, cfg.smem_bytes](*args)
 
 
 def rung_name(rung: str, kind: str, causal: bool = False) -> str:
@@ -393,7 +400,8 @@ RUNG_NOTES = {"ws": "producer WG + 2 consumers, TMA ring, SS + RS wgmma, each wa
               "pingpong": "+ the two consumers take turns to issue their GEMMs (named barriers)"}
 
 HEADS = 16
-SIZES = {64: [(HEADS, 4096, 64)], 128: [(HEADS, 4096, 128), (HEADS, 16384, 128)]}
+SIZES = {64: [(HEADS, 4096, 64)], 128: [(HEADS, 4096, 128)]}   # n = 16384: record_vs_sdpa (its float64
+# reference at full size would take minutes)
 SIM_SIZES = {64: [(1, 256, 64)], 128: [(1, 256, 128)]}
 
 
@@ -411,9 +419,209 @@ def _ladder(kind, d, causal):
                   make_inputs=flash_tc.make_inputs(kind), out_shape=lambda q, k, v: q.shape,
                   reference=flash_tc.reference(kind, causal), bytes=lambda size: flash_tc.qkvo_bytes(*size),
                   flops=lambda size: attention_flops(*size, causal=causal), unit="TFLOP/s",
-                  sizes=SIZES[d] if not causal else [(HEADS, 4096, d)], sim_sizes=SIM_SIZES[d], rungs=rungs,
+                  sizes=SIZES[d], sim_sizes=SIM_SIZES[d], rungs=rungs,
                   baselines=[base], tolerance=flash_tc.tolerance(kind, causal))
 
 
 LADDERS = [_ladder(kind, d, causal) for kind in KINDS for d in HEAD_DIMS for causal in (False, True)
            if not (causal and d == 64)]
+
+
+# --- what record_extra writes: SDPA's own kernel, same-run ratios without its copy, resources, ncu -----------
+EXTRA_SHAPES = [("fp16", 4096, 64, False), ("bf16", 4096, 64, False), ("fp16", 4096, 128, False),
+                ("bf16", 4096, 128, False), ("fp16", 4096, 128, True), ("bf16", 4096, 128, True),
+                ("fp16", 16384, 128, False), ("bf16", 16384, 128, False)]
+CHECK_SIZE = (2, 1024)          # heads, n of the float64 check that precedes each timing in record_extra
+PROFILE_SIZE = (HEADS, 4096, 128)
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"   # counts wgmma too
+NCU_EXTRA = ["launch__registers_per_thread", TENSOR_PIPE, "smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"]
+
+
+def _sdpa_alone(kind, causal):
+    def run(q, k, v):
+        """scaled_dot_product_attention on the 16-bit inputs, its own 16-bit output (no copy)."""
+        import torch
+        import torch.nn.functional as F
+
+        dtype = torch.float16 if kind == "fp16" else torch.bfloat16
+        return F.scaled_dot_product_attention(*(x.view(dtype).unsqueeze(0) for x in (q, k, v)), is_causal=causal)[0]
+    return run
+
+
+def _check(kind, d, causal, rung, rng):
+    """Raise unless the rung (or, rung None, SDPA) matches float64 at CHECK_SIZE."""
+    import torch
+
+    from lib.grading.check import compare
+
+    heads, n = CHECK_SIZE
+    q, k, v = flash_tc.make_inputs(kind)((heads, n, d), rng)
+    expected = flash_tc.reference(kind, causal)(q, k, v)
+    tol = flash_tc.tolerance(kind, causal)(q, k, v, expected)
+    if rung is None:
+        got = _sdpa_alone(kind, causal)(*(torch.as_tensor(x, device="cuda") for x in (q, k, v))).float().cpu().numpy()
+        name = _sdpa_name(kind, causal)
+    else:
+        out = cuda.to_device(np.full(q.shape, np.nan, np.float32))
+        flash3(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out, kind, causal, rung)
+        got, name = out.copy_to_host(), rung_name(rung, kind, causal)
+    bad = compare(got, expected, tol.rtol, tol.atol, tol.scale)
+    if bad is not None:
+        raise AssertionError(f"{name} d={d} failed its float64 check, not timed: {bad.describe()}")
+
+
+def record_vs_sdpa(folder) -> Path:
+    """On the GPU, one row per shape of EXTRA_SHAPES: SDPA timed alone (its own 16-bit output, no float32
+    copy: the ladder's baseline includes that copy) and every rung, each checked against float64 at
+    CHECK_SIZE first, all in this run (flash3.vs_sdpa.csv)."""
+    import pandas as pd
+    import torch
+
+    from lib.measure.results import environment
+    from lib.measure.timing import time_cuda
+
+    env, rng, rows = environment(), np.random.default_rng(7), []
+    for kind, n, d, causal in EXTRA_SHAPES:
+        flops = attention_flops(HEADS, n, d, causal)
+        _check(kind, d, causal, None, rng)
+        q, k, v = (cuda.to_device(x) for x in flash_tc.make_inputs(kind)((HEADS, n, d), rng))
+        tq, tk, tv = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+        sdpa = _sdpa_alone(kind, causal)
+        base = time_cuda(lambda: sdpa(tq, tk, tv), flops=flops).tflops
+        row = {"kind": kind, "heads": HEADS, "n": n, "d": d, "causal": causal, "sdpa_tflops": round(base, 1)}
+        out = cuda.device_array((HEADS, n, d), np.float32)
+        for rung in RUNGS:
+            _check(kind, d, causal, rung, rng)
+            t = time_cuda(lambda: flash3(q, k, v, out, kind, causal, rung), flops=flops).tflops
+            row[f"{rung}_tflops"] = round(t, 1)
+            row[f"{rung}_x_sdpa"] = round(t / base, 3)
+        rows.append({**row, **env})
+    path = Path(folder) / f"{CHAPTER}.vs_sdpa.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def record_sdpa_kernels(folder) -> Path:
+    """On the GPU: the CUDA kernels torch's SDPA launches for this chapter's shapes (flash3.sdpa_kernels.csv)."""
+    import pandas as pd
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    rows = []
+    for kind, n, d, causal in EXTRA_SHAPES:
+        if n != 4096:
+            continue
+        q, k, v = (torch.as_tensor(x, device="cuda") for x in flash_tc.make_inputs(kind)((HEADS, n, d),
+                                                                                       np.random.default_rng(0)))
+        run = _sdpa_alone(kind, causal)
+        run(q, k, v)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run(q, k, v)
+            torch.cuda.synchronize()
+        names = sorted({e.name for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")})
+        rows += [{"kind": kind, "d": d, "causal": causal, "cuda_kernel": name} for name in names]
+    path = Path(folder) / f"{CHAPTER}.sdpa_kernels.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def kernel_resources(folder) -> Path:
+    """On the GPU, per FP16 rung at d = 64, 128 and 128 causal (each checked first): registers, local
+    bytes, SASS counts, and ptxas -v on the PTX for sm_90a: spills and the serialisation notes numba's launch
+    path hides (C7510, C7513) and C7508 (flash3.kernels.csv)."""
+    import shutil
+
+    import pandas as pd
+
+    from lib.measure.results import environment
+
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    one = lambda x: next(iter(x.values())) if isinstance(x, dict) else x  # noqa: E731
+    env, rng, rows = environment(), np.random.default_rng(3), []
+    for d, causal in ((64, False), (128, False), (128, True)):
+        for rung in RUNGS:
+            _check("fp16", d, causal, rung, rng)
+            fn = make_kernel(Config(d, "fp16", causal, rung))
+            sass = one(fn.inspect_sass())
+            ptx = one(fn.inspect_asm()).replace(".target sm_90\n", ".target sm_90a\n")
+            rep = hopper.ptxas_report(ptx, ptxas)
+            if not rep["ok"] and "version" in rep["error"]:
+                rep = hopper.ptxas_report(ptx, ptxas, version="9.0")
+            counts = hopper.sass_counts(sass)
+            total = lambda prefix: sum(v for k, v in counts.items() if k.startswith(prefix))  # noqa: E731
+            rows.append(dict(kernel=rung_name(rung, "fp16", causal), d=d, causal=causal,
+                             registers=int(one(fn.get_regs_per_thread())),
+                             local_bytes=int(one(fn.get_local_mem_per_thread())),
+                             smem_bytes=Config(d, "fp16", causal, rung).smem_bytes, ptxas_registers=rep["registers"],
+                             spill_bytes=rep["spill_bytes"], hidden_warnings="; ".join(rep["hidden"]) or "none",
+                             hgmma=total("HGMMA"), warpgroup_arrive=total("WARPGROUP.ARRIVE"),
+                             warpgroup_depbar=total("WARPGROUP.DEPBAR"), utmaldg=total("UTMALDG"),
+                             mufu_ex2=sass.count("MUFU.EX2"), bar_arv=total("BAR.ARV"), **env))
+    path = Path(folder) / f"{CHAPTER}.kernels.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def profiled():
+    """(name, run) of what ncu profiles at PROFILE_SIZE: every FP16 rung and SDPA (alone)."""
+    return [(rung_name(r, "fp16"), lambda q, k, v, out, r=r: flash3(q, k, v, out, "fp16", False, r)) for r in RUNGS] \
+        + [(_sdpa_name("fp16", False), None)]
+
+
+def ncu_workload():
+    """Each profiled implementation once at PROFILE_SIZE after a marker kernel (run under ncu)."""
+    import torch
+
+    from kernels.matmul_profile import profile_marker_kernel
+
+    q, k, v = (cuda.to_device(x) for x in flash_tc.make_inputs("fp16")(PROFILE_SIZE, np.random.default_rng(0)))
+    out = cuda.device_array(PROFILE_SIZE, np.float32)
+    tq, tk, tv = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+    sdpa = _sdpa_alone("fp16", False)
+    runs = [(lambda run=run: run(q, k, v, out)) if run else (lambda: sdpa(tq, tk, tv)) for _, run in profiled()]
+    for run in runs:
+        run()
+    cuda.synchronize()
+    marker = cuda.device_array(1, np.float32)
+    for run in runs:
+        profile_marker_kernel[1, 1](marker)
+        run()
+    cuda.synchronize()
+
+
+def record_ncu(folder) -> Path | None:
+    import pandas as pd
+
+    from kernels.matmul_profile import by_rung
+    from lib.measure.ncu import WARP_STATE, profile
+    from lib.measure.results import environment
+
+    try:
+        launches, dropped, _ = profile([sys.executable, "-m", "kernels.flash3", "--ncu-workload"],
+                                       WARP_STATE + NCU_EXTRA, cwd=lib.ROOT)
+    except (RuntimeError, OSError) as err:
+        print(f"flash3: no ncu counters recorded ({str(err)[:300]})")
+        return None
+    if dropped:
+        print(f"flash3: this ncu does not know {dropped}; recorded without them")
+    env = environment()
+    rows = [{"rung": r["rung"], "kernel": r["kernel"], "launches": r["launches"], "metric": metric, "value": value,
+             **env} for r in by_rung(launches, [name for name, _ in profiled()]) for metric, value in r["metrics"].items()]
+    path = Path(folder) / f"{CHAPTER}.ncu.csv"
+    pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def record_extra(folder) -> list[Path]:
+    """On the GPU: flash3.vs_sdpa.csv, flash3.sdpa_kernels.csv, flash3.kernels.csv and (with ncu)
+    flash3.ncu.csv."""
+    if lib.SIMULATOR:
+        raise RuntimeError("record_extra measures the GPU: run `python -m tools.record flash3` on a GPU")
+    paths = [record_vs_sdpa(folder), record_sdpa_kernels(folder), kernel_resources(folder)]
+    ncu = record_ncu(folder)
+    return paths + ([ncu] if ncu else [])
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--ncu-workload"]:
+    ncu_workload()
