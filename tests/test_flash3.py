@@ -135,3 +135,89 @@ FORMS = [(64, "f16", True, False), (64, "f16", True, True), (128, "f16", True, T
 def test_one_new_wgmma_form_matches_float64(n, kind, a_regs, trans_b):
     ref, got = run_one(n, kind, a_regs, trans_b)
     assert np.abs(got - ref).max() < 1e-4 * 64
+
+
+@pytest.mark.parametrize("n, kind", [(128, "f16"), (256, "bf16")])
+def test_swapped_lbo_and_sbo_of_a_transposed_b_give_a_wrong_product(n, kind):
+    """The test above can fail: LBO and SBO exchanged (N-adjacent boxes vs 8-row groups) is wrong on the H200
+    (measured: max error 10-16) and on the simulator alike."""
+    ref, got = run_one(n, kind, True, True, swap_lbo_sbo=True)
+    assert np.abs(got - ref).max() > 1.0
+
+
+simulator_only = pytest.mark.skipif(lib.ON_GPU, reason="the simulator's diagnostics")
+
+
+@simulator_only
+def test_an_rs_wgmma_without_fence_is_refused():
+    from lib.runtime import simulator
+
+    wgmma = hopper.wgmma_rs_m64n64k16_f16_tb
+
+    @cuda.jit
+    def no_fence(out):
+        sm = cuda.shared.array(8192, np.uint16)
+        base = hopper.smem_u32(sm)
+        pad = (1024 - (base & 1023)) & 1023
+        acc = hopper.zeros_acc(32)
+        acc = wgmma((0, 0, 0, 0), hopper.make_desc(base + pad, 2048, 1024, 1), acc)
+        out[cuda.threadIdx.x] = acc[0]
+
+    with pytest.raises(simulator.SimulatorError, match="without wgmma_fence"):
+        no_fence[1, 128](cuda.device_array(128, np.float32))
+
+
+# --- the attention kernels -----------------------------------------------------------------------------------
+from kernels import flash3 as F, flash_tc  # noqa: E402
+
+
+def _attention(kind, d, causal, rung, heads, n, seed=0):
+    q, k, v = flash_tc.make_inputs(kind)((heads, n, d), np.random.default_rng(seed))
+    expected = flash_tc.reference(kind, causal)(q, k, v)
+    tol = flash_tc.tolerance(kind, causal)(q, k, v, expected)
+    out = cuda.to_device(np.full(q.shape, np.nan, np.float32))
+    F.flash3(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out, kind, causal, rung)
+    return compare(out.copy_to_host(), expected, tol.rtol, tol.atol, tol.scale)
+
+
+@pytest.mark.parametrize("rung", F.RUNGS)
+def test_each_rung_matches_float64(rung):
+    """Two query blocks of two key tiles each (the overlap loop runs); ws: one block, one tile."""
+    n = (128 if rung == "ws" else 256) if lib.SIMULATOR else 1024
+    assert _attention("fp16", 64, False, rung, 1 if lib.SIMULATOR else 3, n) is None
+
+
+@pytest.mark.parametrize("rung, n", [("ws", 128), ("pingpong", 256)])
+def test_causal_bf16_d128_matches_float64(rung, n):
+    """The diagonal tile masked; at n = 256 the first query block skips the second key tile."""
+    assert _attention("bf16", 128, True, rung, 1 if lib.SIMULATOR else 3, n if lib.SIMULATOR else 1024) is None
+
+
+def test_the_two_stage_ring_wraps():
+    """d = 128 keeps 2 K/V slots: 3 key tiles reuse slot 0 (its empty barrier's second phase)."""
+    assert _attention("fp16", 128, False, "overlap", 1, 384 if lib.SIMULATOR else 2048) is None
+
+
+def test_a_wrong_conversion_of_p_fails_the_check(monkeypatch):
+    """The check can fail: P packed with its pairs' halves swapped (a column-order bug in the fragment
+    conversion) is caught against float64."""
+    real = hopper.pack_f16x2 if lib.SIMULATOR else None
+    if real is None:
+        pytest.skip("the intrinsic is compiled into the GPU kernel; the wrong variant is built on the simulator")
+    monkeypatch.setattr(hopper, "pack_f16x2", lambda lo, hi: real(hi, lo))
+    F._KERNELS.clear()
+    try:
+        bad = _attention("fp16", 64, False, "ws", 1, 128)
+    finally:
+        F._KERNELS.clear()
+    assert bad is not None
+
+
+@pytest.mark.parametrize("shape, d, match", [((1, 200, 64), 64, "multiple of 128"), ((1, 128, 96), 96, "one of"),
+                                             ((1, 128, 64), 64, "int16")])
+def test_bad_inputs_are_named(shape, d, match):
+    dtype = np.float32 if match == "int16" else np.int16
+    q = cuda.to_device(np.zeros(shape, dtype))
+    out = cuda.to_device(np.zeros(shape, np.float32))
+    with pytest.raises((ValueError, TypeError), match=match):
+        F.flash3(q, q, q, out, "fp16")
