@@ -625,3 +625,70 @@ def record_extra(folder) -> list[Path]:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--ncu-workload"]:
     ncu_workload()
+
+
+# --- the recorded results as tables (for the chapter) --------------------------------------------------------
+def _results_path(name, folder=None):
+    return (Path(folder) if folder else lib.DATA / "results") / f"{CHAPTER}.{name}.csv"
+
+
+def vs_sdpa_table(folder=None):
+    """TFLOP/s of SDPA (alone, its own 16-bit output) and of each rung, with the rung's ratio to SDPA, one
+    row per recorded shape (flash3.vs_sdpa.csv: all in one run, each checked against float64 first)."""
+    import pandas as pd
+
+    df = pd.read_csv(_results_path("vs_sdpa", folder))
+    rows = {}
+    for _, r in df.iterrows():
+        label = f"{r['kind']} {r['heads']}×{r['n']}×{r['d']}" + (" causal" if r["causal"] else "")
+        row = {"SDPA": f"{r['sdpa_tflops']:.0f}"}
+        for rung in RUNGS:
+            row[rung] = f"{r[f'{rung}_tflops']:.0f} ({r[f'{rung}_x_sdpa']:.2f}×)"
+        rows[label] = row
+    out = pd.DataFrame(rows).T
+    out.index.name = "TFLOP/s (× SDPA)"
+    return out
+
+
+def sdpa_kernels(folder=None):
+    """The CUDA kernels SDPA ran for each recorded shape (flash3.sdpa_kernels.csv), memsets left out."""
+    import pandas as pd
+
+    df = pd.read_csv(_results_path("sdpa_kernels", folder))
+    return df[~df["cuda_kernel"].str.startswith("Memset")].reset_index(drop=True)
+
+
+def resources_table(folder=None):
+    """Registers, spills, ptxas's hidden serialisation notes and SASS counts of the recorded FP16 rungs."""
+    import pandas as pd
+
+    df = pd.read_csv(_results_path("kernels", folder))
+    df.index = [f"{k.removeprefix('flash3_').removesuffix('_fp16').replace('_fp16', '')} d{d}" for k, d in
+                zip(df["kernel"], df["d"])]
+    df = df[["registers", "spill_bytes", "hidden_warnings", "hgmma", "warpgroup_arrive", "warpgroup_depbar",
+             "mufu_ex2", "bar_arv"]]
+    return df.rename(columns={"spill_bytes": "spills", "hidden_warnings": "C7510/C7513/C7508",
+                              "warpgroup_arrive": "WARPGROUP.ARRIVE", "warpgroup_depbar": "WARPGROUP.DEPBAR",
+                              "mufu_ex2": "MUFU.EX2", "bar_arv": "BAR.ARV", "hgmma": "HGMMA"})
+
+
+def ncu_table(folder=None):
+    """Nsight Compute at PROFILE_SIZE, FP16: tensor pipe busy, issue slots busy, the XU pipe (MUFU.EX2's),
+    duration and the two largest stall reasons (warp cycles per issued instruction)."""
+    import pandas as pd
+
+    from lib.measure.ncu import STALL_METRIC, STALL_REASONS
+
+    wide = pd.read_csv(_results_path("ncu", folder)).pivot_table(index="rung", columns="metric", values="value")
+    rows = {}
+    for rung, r in wide.iterrows():
+        stalls = {s: r.get(STALL_METRIC.format(s), 0.0) for s in STALL_REASONS if s != "selected"}
+        top = sorted(stalls.items(), key=lambda kv: -kv[1])[:2]
+        rows[rung] = {"tensor pipe %": round(r.get(TENSOR_PIPE, np.nan), 1),
+                      "issue busy %": round(r.get("smsp__issue_active.avg.pct_of_peak_sustained_active", np.nan), 1),
+                      "XU (exp2) %": round(r.get("smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+                                                 np.nan), 1),
+                      "µs": round(r["gpu__time_duration.sum"] / 1e3, 1),
+                      "top stalls": ", ".join(f"{k} {v:.2f}" for k, v in top)}
+    order = [rung_name(r, "fp16") for r in RUNGS] + [_sdpa_name("fp16", False)]
+    return pd.DataFrame(rows).T.reindex([o for o in order if o in rows])
