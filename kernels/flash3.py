@@ -692,3 +692,24 @@ def ncu_table(folder=None):
                       "top stalls": ", ".join(f"{k} {v:.2f}" for k, v in top)}
     order = [rung_name(r, "fp16") for r in RUNGS] + [_sdpa_name("fp16", False)]
     return pd.DataFrame(rows).T.reindex([o for o in order if o in rows])
+
+
+def ladder_table(df):
+    """The recorded ladders (rows of `lib.measure.results.load('flash3')`): TFLOP/s of each rung with its
+    ratio to the ladder's baseline (SDPA + the copy into float32), one row per ladder and size."""
+    import pandas as pd
+
+    rows = {}
+    for lad in LADDERS:
+        for size in lad.sizes:
+            label = lad.size_label(size)
+            at = df[df["size"] == label].set_index("kernel")["value"]
+            base = at.get(lad.baselines[0].name)
+            row = {"SDPA + copy": "" if base is None else f"{base:.0f}"}
+            for r in lad.rungs:
+                v = at.get(r.name)
+                row[r.name.split("_")[1]] = "" if v is None or base is None else f"{v:.0f} ({v / base:.2f}×)"
+            rows[f"{lad.topic} {label}"] = row
+    out = pd.DataFrame(rows).T
+    out.index.name = "TFLOP/s (× SDPA + copy)"
+    return out
