@@ -23,14 +23,15 @@ The modules follow the chapters; each defines its own ``VARIANTS`` and this one 
 """
 from __future__ import annotations
 
-from lib.grading.variants import attention, hardware, intro, matmul, memory, reduction, scan, softmax, tensorcores
+from lib.grading.variants import (attention, flash3, hardware, intro, matmul, memory, reduction, scan, softmax,
+                                  tensorcores)
 from lib.grading.variants._common import Variant
 
 VARIANTS: dict[str, list[Variant]] = {}
 RACES: set[tuple[str, str]] = set()
 SIMULATOR_ONLY_MODELS: set[tuple[str, str]] = set()
 MAY_PASS_ON_A_GPU: set[tuple[str, str]] = set()
-for _module in (intro, hardware, memory, matmul, reduction, scan, softmax, attention, tensorcores):
+for _module in (intro, hardware, memory, matmul, reduction, scan, softmax, attention, tensorcores, flash3):
     VARIANTS.update(_module.VARIANTS)
     RACES.update(getattr(_module, "RACES", ()))
     SIMULATOR_ONLY_MODELS.update(getattr(_module, "SIMULATOR_ONLY_MODELS", ()))
