@@ -46,10 +46,21 @@ def test_mn_major_descriptor_names_the_tma_image():
         hopper.operand_addresses_mn(hopper.make_descriptor(0x880, lbo, sbo, "128B"), 128)
 
 
+@cuda.jit
+def _pack_kernel(x, out):
+    out[0] = hopper.pack_f16x2(x[0], x[1])
+    out[1] = hopper.pack_bf16x2(x[0], x[1])
+
+
 def test_the_pack_rounds_to_nearest_even_low_half_first():
-    x = np.float32(1 + 2 ** -11)                         # a tie between 1 and 1 + 2^-10: even is 1
-    assert hopper.pack_f16x2(x, np.float32(-2.0)) == (0xC000 << 16) | 0x3C00 or lib.ON_GPU
-    assert int(bf16_bits(np.float32(3.0))) == 0x4040
+    """lo in the low half, rounded to nearest even: 1 + 2^-11 is a tie between 1 and 1 + 2^-10 (FP16: 1) and
+    1 + 2^-8 + 2^-11 rounds up in BF16's 8 bits."""
+    x = np.array([1 + 2 ** -11, -2.0], np.float32)
+    out = cuda.device_array(2, np.uint32)
+    _pack_kernel[1, 1](cuda.to_device(x), out)
+    f16, b16 = (int(w) for w in out.copy_to_host())
+    assert f16 == (0xC000 << 16) | 0x3C00
+    assert b16 == (int(bf16_bits(np.float32(-2.0))) << 16) | int(bf16_bits(x[0]))
 
 
 # --- one wgmma of each new form on both sides ---------------------------------------------------------------
