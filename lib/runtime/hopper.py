@@ -17,7 +17,9 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
   ``mbar_try_wait(bar, parity)`` returns 1 once the phase of that parity completed; until then the thread
   waits (no spinning), and when every thread of the block waits the deadlock report names each barrier,
   its phase, the arrivals and the bytes it still misses. More bytes delivered than ``expect_tx`` announced
-  is an error naming the barrier.
+  is an error naming the barrier. A wait for a parity whose last phase already completed returns at once
+  without delivering the current phase's copies (they may be in flight on a GPU), and a thread that waits
+  twice for the same completed phase (a parity that does not flip round the ring) is reported as a race.
 * **TMA copies** (``tma_load_2d``) read their box from global memory at issue (zero fill outside the
   tensor, as the hardware's OOB fill) and write shared memory when the copy is *delivered*: at the latest
   when a thread waits on the copy's mbarrier, so a kernel that reads the tile before waiting reads stale
@@ -222,6 +224,8 @@ class _Block:
         self.uncommitted: dict[int, list] = {}   # warpgroup -> ranges read by wgmmas not yet committed
         self.rendezvous: dict = {}
         self.named: dict[int, list] = {}
+        self.written: dict[int, tuple] = {}       # array start -> (the debugger's written-mask, element bytes)
+        self.passed: dict[tuple, int] = {}        # (thread, mbarrier) -> the last phase it waited for
 
 
 _BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -257,7 +261,15 @@ def _smem_u32_twin(arr):
         raise _sim().SimulatorError(f"the block's shared arrays need {st.next_addr} bytes; a block may use "
                                     f"{SMEM_WINDOW}")
     st.arrays.append((start, data, ptr))
+    mask = getattr(arr, "_written", None)   # the simulator's debugger's written-mask (lib.runtime.simdebug)
+    if isinstance(mask, bytearray) and len(mask) * _itemsize(arr) == data.size:
+        st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(arr))
     return np.uint32(start)
+
+
+def _itemsize(arr) -> int:
+    """The element size in bytes of a (possibly wrapped) shared array."""
+    return np.asarray(getattr(arr, "_ary", arr)).dtype.itemsize
 
 
 def _resolve(st: _Block, addr: int, nbytes: int, what: str):
@@ -279,7 +291,7 @@ class _MBarrier:
         self.pending = count
         self.expected = 0          # bytes announced by expect_tx in this phase
         self.delivered = 0         # bytes delivered in this phase
-        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label)
+        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label, mask)
 
     def describe(self, parity=None) -> str:
         waits = "" if parity is None else f" waiting for parity {parity}"
@@ -302,8 +314,10 @@ def _progress(b: _MBarrier, deliver: bool):
     """Deliver the barrier's copies (if asked), complete its phase if it can, wake who waits on it."""
     sim = _sim()
     if deliver:
-        for view, pos, data, _ in b.in_flight:
+        for view, pos, data, _, mask in b.in_flight:
             view[pos] = data
+            if mask is not None:   # what a copy delivers counts as written for the debugger's read check
+                mask[0][pos // mask[1]] = 1
             b.delivered += data.size
         b.in_flight.clear()
         if b.pending == 0 and b.delivered > b.expected:
@@ -328,6 +342,7 @@ def _mbar_init_twin(bar, count):
     if not 1 <= count < (1 << 20):
         raise ValueError(f"mbar_init: the arrival count must be in 1..2^20-1, got {count}")
     st.barriers[addr] = _MBarrier(addr, count)
+    st.passed = {key: phase for key, phase in st.passed.items() if key[1] != addr}
 
 
 def _arrive(bar, nbytes: int, what: str):
@@ -350,13 +365,30 @@ def _mbar_arrive_expect_tx_twin(bar, nbytes):
 
 
 def _mbar_try_wait_twin(bar, parity):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, "mbar_try_wait")
     parity = int(parity) & 1
+    mine = (t.thread_id, b.addr)
+    if (b.phase & 1) != parity:
+        # The last phase of this parity has completed: the hardware returns at once. Nothing is delivered
+        # here (the current phase's copies may well still be in flight on a GPU), and a thread that passes
+        # the same completed phase twice has not flipped its parity: it would go on without waiting.
+        done = b.phase - 1
+        if st.passed.get(mine) == done:
+            raise _sim().SimulatorError(
+                f"race: thread {t.thread_id} waits again for a phase of the mbarrier at shared {b.addr:#x} that it "
+                f"has already waited for: mbar_try_wait(bar, {parity}) returns at once because the last phase of "
+                f"parity {parity} completed, so the thread goes on without waiting for the barrier's phase {b.phase} ("
+                + b.describe() + "): it reads a slot before its bytes land, or refills one still in use. Flip the "
+                "parity each time the ring comes round: (i // STAGES) & 1 on a full barrier, ((i // STAGES) & 1) "
+                "^ 1 on an empty one")
+        st.passed[mine] = done
+        return np.int32(1)
     _progress(b, deliver=True)
     while (b.phase & 1) == parity:
         _sim().park(("mbar", b.addr), "mbar_try_wait on " + b.describe(parity))
         _progress(b, deliver=True)
+    st.passed[mine] = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
     return np.int32(1)
 
 
@@ -399,7 +431,7 @@ def _tma_load_2d_twin(dst, tmap, c0, c1, bar):
     if r0 < r1 and k0 < k1:
         box[r0 - c1:r1 - c1, k0 - c0:k1 - c0] = tm.array[r0:r1, k0:k1]
     pos = off + tma_box_offsets(tm.box_rows, row_bytes, tm.mode).reshape(-1)
-    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi)))
+    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi), st.written.get(dst - off)))
     if sim.parked(("mbar", b.addr)):
         _progress(b, deliver=True)
 
@@ -482,7 +514,7 @@ def _wgmma_twin(n: int, kind: str):
             lo, hi = int(addr.min()), int(addr.max()) + 1
             view, off = _resolve(st, lo, hi - lo, op)
             for copy_bar in st.barriers.values():
-                for _, _, _, (clo, chi) in copy_bar.in_flight:
+                for _, _, _, (clo, chi), _ in copy_bar.in_flight:
                     if clo < hi and lo < chi:
                         raise sim.SimulatorError(
                             f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
