@@ -146,6 +146,7 @@ def ring_copy_switches(tmap, out, tiles, mistake):
         hopper.fence_mbarrier_init()
     cuda.syncthreads()
     if tid == 0:
+        hopper.tmap_acquire(tmap)       # the tensor map was written to global memory by a host copy
         for i in range(count):
             s = i % STAGES
             parity = ((i // STAGES) & 1) ^ 1
