@@ -19,7 +19,8 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
   its phase, the arrivals and the bytes it still misses. More bytes delivered than ``expect_tx`` announced
   is an error naming the barrier. A wait for a parity whose last phase already completed returns at once
   without delivering the current phase's copies (they may be in flight on a GPU), and a thread that waits
-  twice for the same completed phase (a parity that does not flip round the ring) is reported as a race.
+  again for a completed phase it has already waited for, after arriving on a barrier since (a parity that
+  does not flip round the ring), is reported as a race.
 * **TMA copies** (``tma_load_2d``) read their box from global memory at issue (zero fill outside the
   tensor, as the hardware's OOB fill) and write shared memory when the copy is *delivered*: at the latest
   when a thread waits on the copy's mbarrier, so a kernel that reads the tile before waiting reads stale
@@ -225,7 +226,8 @@ class _Block:
         self.rendezvous: dict = {}
         self.named: dict[int, list] = {}
         self.written: dict[int, tuple] = {}       # array start -> (the debugger's written-mask, element bytes)
-        self.passed: dict[tuple, int] = {}        # (thread, mbarrier) -> the last phase it waited for
+        self.passed: dict[tuple, tuple] = {}      # (thread, mbarrier) -> (the last phase it waited for, its
+        self.arrivals: dict[int, int] = {}        # arrivals then); thread -> its arrivals on any mbarrier
 
 
 _BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -342,12 +344,13 @@ def _mbar_init_twin(bar, count):
     if not 1 <= count < (1 << 20):
         raise ValueError(f"mbar_init: the arrival count must be in 1..2^20-1, got {count}")
     st.barriers[addr] = _MBarrier(addr, count)
-    st.passed = {key: phase for key, phase in st.passed.items() if key[1] != addr}
+    st.passed = {key: seen for key, seen in st.passed.items() if key[1] != addr}
 
 
 def _arrive(bar, nbytes: int, what: str):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, what)
+    st.arrivals[t.thread_id] = st.arrivals.get(t.thread_id, 0) + 1
     if b.pending == 0:
         raise _sim().SimulatorError(f"{what}: more arrivals than the {b.count} the " + b.describe()
                                     + " was initialised with")
@@ -371,24 +374,27 @@ def _mbar_try_wait_twin(bar, parity):
     mine = (t.thread_id, b.addr)
     if (b.phase & 1) != parity:
         # The last phase of this parity has completed: the hardware returns at once. Nothing is delivered
-        # here (the current phase's copies may well still be in flight on a GPU), and a thread that passes
-        # the same completed phase twice has not flipped its parity: it would go on without waiting.
-        done = b.phase - 1
-        if st.passed.get(mine) == done:
+        # here (the current phase's copies may well still be in flight on a GPU). A thread that passes the
+        # same completed phase again after arriving on a barrier since (it released a slot, or announced a
+        # copy: it has moved on to the next round) has not flipped its parity: it goes on without waiting.
+        done, arrived = b.phase - 1, st.arrivals.get(t.thread_id, 0)
+        last = st.passed.get(mine)
+        if last is not None and last[0] == done and arrived > last[1]:
             raise _sim().SimulatorError(
                 f"race: thread {t.thread_id} waits again for a phase of the mbarrier at shared {b.addr:#x} that it "
-                f"has already waited for: mbar_try_wait(bar, {parity}) returns at once because the last phase of "
-                f"parity {parity} completed, so the thread goes on without waiting for the barrier's phase {b.phase} ("
-                + b.describe() + "): it reads a slot before its bytes land, or refills one still in use. Flip the "
-                "parity each time the ring comes round: (i // STAGES) & 1 on a full barrier, ((i // STAGES) & 1) "
-                "^ 1 on an empty one")
-        st.passed[mine] = done
+                f"has already waited for, after arriving on a barrier since: mbar_try_wait(bar, {parity}) returns "
+                f"at once because the last phase of parity {parity} completed, so the thread goes on without waiting "
+                f"for the barrier's phase {b.phase} (" + b.describe() + "): it reads a slot before its bytes land, "
+                "or refills one still in use. Flip the parity each time the ring comes round: (i // STAGES) & 1 on "
+                "a full barrier, ((i // STAGES) & 1) ^ 1 on an empty one")
+        st.passed[mine] = (done, arrived)
         return np.int32(1)
     _progress(b, deliver=True)
     while (b.phase & 1) == parity:
         _sim().park(("mbar", b.addr), "mbar_try_wait on " + b.describe(parity))
         _progress(b, deliver=True)
-    st.passed[mine] = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
+    done = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
+    st.passed[mine] = (done, st.arrivals.get(t.thread_id, 0))
     return np.int32(1)
 
 

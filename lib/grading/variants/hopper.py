@@ -274,7 +274,7 @@ _PRODUCER_STUCK = r"waiting for parity 0: phase 0 \(parity 0\) has 0 of 32 arriv
 DIAGNOSED = {
     ("ring_copy", "parity never flips"):
         (r"race: thread \d+ waits again for a phase of the mbarrier at shared 0x[0-9a-f]+ that it has already "
-         r"waited for: mbar_try_wait\(bar, 0\) returns at once",),
+         r"waited for, after arriving on a barrier since: mbar_try_wait\(bar, 0\) returns at once",),
     ("ring_copy", "producer waits before the first round"):
         (r"deadlock in block", _PRODUCER_STUCK,
          r"waiting for parity 0: phase 0 \(parity 0\) has 0 of 1 arrivals"),   # the consumers: nothing issued
