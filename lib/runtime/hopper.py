@@ -293,6 +293,7 @@ class _MBarrier:
         self.pending = count
         self.expected = 0          # bytes announced by expect_tx in this phase
         self.delivered = 0         # bytes delivered in this phase
+        self.waited_parity = None  # the parity its waiting threads wait for (for the deadlock report)
         self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label, mask)
 
     def describe(self, parity=None) -> str:
@@ -332,7 +333,7 @@ def _progress(b: _MBarrier, deliver: bool):
         b.pending, b.expected, b.delivered = b.count, 0, 0
         sim.unpark(("mbar", b.addr))
     else:
-        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe())
+        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe(b.waited_parity))
 
 
 def _mbar_init_twin(bar, count):
@@ -391,6 +392,7 @@ def _mbar_try_wait_twin(bar, parity):
         return np.int32(1)
     _progress(b, deliver=True)
     while (b.phase & 1) == parity:
+        b.waited_parity = parity
         _sim().park(("mbar", b.addr), "mbar_try_wait on " + b.describe(parity))
         _progress(b, deliver=True)
     done = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
