@@ -670,6 +670,49 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
 ]}
 
 
+
+# --- wgmma_tile and ring_copy (Hopper chapter) -------------------------------------------------------------
+def _fp16_bits(rng, shape):
+    """FP16 values uniform in [-1, 1], as their int16 bit patterns (the chapter's 16-bit inputs)."""
+    return rng.uniform(-1.0, 1.0, size=shape).astype(np.float16).view(np.int16)
+
+
+def _fp16_values(bits):
+    return np.asarray(bits, np.int16).view(np.float16).astype(np.float64)
+
+
+def _wgmma_tile_inputs(size, rng):
+    (tiles,) = size
+    return _fp16_bits(rng, (tiles, 64, 16)), _fp16_bits(rng, (tiles, 64, 16))
+
+
+def _wgmma_tile_tolerance(a, b, expected, launch=None):
+    """FP16 products are exact in float32; the 16 of each dot product are added in float32 (K-scaled),
+    relative to |a| @ |b|.T."""
+    a, b = _fp16_values(a), _fp16_values(b)
+    return Tolerance(rtol=k_scaled_rtol(16), scale=np.abs(a) @ np.abs(b).transpose(0, 2, 1),
+                     note="16 exact FP16 products added in float32, relative to |a| @ |b|.T")
+
+
+EXERCISES.update({e.id: e for e in [
+    Exercise("wgmma_tile", "wgmma_tile(a, b, out)",
+             "out[t] = a[t] @ b[t].T for FP16 tiles a, b (T, 64, 16) given as int16 bit patterns, out (T, 64, 64) "
+             "float32: one warpgroup (128 threads) per tile stages a[t] and b[t] in shared memory in the "
+             "no-swizzle K-major layout, builds both descriptors with lib.runtime.hopper.make_desc and issues one "
+             "wgmma_m64n64k16_f16",
+             make_inputs=_wgmma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 64, 64),
+             reference=lambda a, b: _fp16_values(a) @ _fp16_values(b).transpose(0, 2, 1),
+             tolerance=_wgmma_tile_tolerance, grow=_grow_dims(0),
+             sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
+    Exercise("ring_copy", "ring_copy(x, out)",
+             "out = x for x (M, 32) float32, streamed through shared memory: per block, one thread issues TMA "
+             "copies of 16 × 32 boxes (lib.runtime.hopper.tma_load_2d) into a ring of two slots and one warp "
+             "copies each slot out, with a full and an empty mbarrier per slot; four tiles per block",
+             make_inputs=lambda size, rng: (_uniform(rng, (size[0], 32)),), out_shape=lambda x: x.shape,
+             reference=lambda x: np.asarray(x, np.float64), tolerance=_exact, grow=_grow_dims(0),
+             sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
+]})
+
 # Exercises no page asks for any more: each is answered by a kernel in kernels/ (the pages ask for a variation
 # instead: sum_of_squares, segmented_scan, scan_reverse, log_softmax_rows, causal_attention). They stay
 # registered because the book's ladders check their rungs with these tolerances and the grader's own tests

@@ -17,7 +17,10 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
   ``mbar_try_wait(bar, parity)`` returns 1 once the phase of that parity completed; until then the thread
   waits (no spinning), and when every thread of the block waits the deadlock report names each barrier,
   its phase, the arrivals and the bytes it still misses. More bytes delivered than ``expect_tx`` announced
-  is an error naming the barrier.
+  is an error naming the barrier. A wait for a parity whose last phase already completed returns at once
+  without delivering the current phase's copies (they may be in flight on a GPU), and a thread that waits
+  again for a completed phase it has already waited for, after arriving on a barrier since (a parity that
+  does not flip round the ring), is reported as a race.
 * **TMA copies** (``tma_load_2d``) read their box from global memory at issue (zero fill outside the
   tensor, as the hardware's OOB fill) and write shared memory when the copy is *delivered*: at the latest
   when a thread waits on the copy's mbarrier, so a kernel that reads the tile before waiting reads stale
@@ -26,13 +29,10 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
 * ``setmaxnreg_inc/dec`` are warpgroup collectives that check the count; ``named_barrier_sync(id, n)``
   waits for n threads (whole warps) at barrier id.
 
-Layout truth. The swizzle (:func:`swizzle`), the shared-memory image of a TMA box (:func:`tma_box_offsets`),
-the addresses a wgmma operand descriptor names (:func:`operand_addresses`), the descriptor's bit fields
-(:func:`make_descriptor`, :func:`decode_descriptor`) and the accumulator's owner of each element
-(:func:`acc_element`) live here and nowhere else: the twins, the tests, the chapter and the kernels' device
-function :func:`make_desc` all use them. Every one of them was checked on the H200 (128B/64B/32B and no
-swizzle, FP16/BF16/TF32, m64nNk16 for N = 8, 64, 256; TMA's image of a 128B-swizzled box equals the layout
-wgmma reads).
+Layout truth. The swizzle, the shared-memory image of a TMA box, the addresses a wgmma operand descriptor
+names, the descriptor's bit fields and the accumulator's owner of each element live in :mod:`lib.hw.wgmma_layout`
+(no numba, so the widget's tests and the site can use them too) and nowhere else; this module re-exports them,
+and the twins, the tests, the chapter and the kernels' device function :func:`make_desc` all use them.
 
 Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma reads (only TMA writes are checked),
 reading the accumulator before ``wgmma_wait`` (the twin's result is final at once), clusters and TMA
@@ -51,113 +51,12 @@ from pathlib import Path
 import numpy as np
 from numba import cuda
 
+from lib.hw.wgmma_layout import (  # noqa: F401  (re-exported: the layout truth lives in lib.hw)
+    K_PER_WGMMA, KINDS, N_SIZES, SWIZZLE_MASK, SWIZZLE_MODES, SWIZZLE_SPAN, WARPGROUP, acc_element, acc_owner,
+    decode_descriptor, kmajor_layout, make_descriptor, operand_addresses, swizzle, tf32_truncate, tma_box_offsets)
 from lib.mode import SIMULATOR
 
-WARPGROUP = 128
-SWIZZLE_MODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}   # the descriptor's 2-bit field (bits 62-63)
-SWIZZLE_SPAN = {"none": 0, "128B": 128, "64B": 64, "32B": 32}  # bytes per swizzled row
-SWIZZLE_MASK = {"none": 0, "128B": 7, "64B": 3, "32B": 1}
-KINDS = {"f16": 2, "bf16": 2, "tf32": 4}                    # operand bytes per element
-K_PER_WGMMA = {"f16": 16, "bf16": 16, "tf32": 8}             # 32 bytes of K per instruction in all three
-N_SIZES = (8, 16, 32, 64, 128, 256)
 SMEM_WINDOW = 232448                                         # bytes of shared memory a block may use (H200)
-
-
-# --- layout truth (pure Python / numpy: twins, tests, widget, chapter) ---------------------------------
-def swizzle(addr, mode: str):
-    """The shared-memory address a swizzled access really touches: the 16-byte chunk bits [4, 7) of the
-    address are XORed with bits [7, 10) (128B), [7, 9) (64B), bit 7 (32B). Absolute address bits: a tile
-    must start on a 1024/512/256-byte boundary for its rows to swizzle as its own row numbers."""
-    if mode not in SWIZZLE_MODES:
-        raise ValueError(f"swizzle mode must be one of {sorted(SWIZZLE_MODES)}, got {mode!r}")
-    if mode == "none":
-        return addr
-    return addr ^ (((addr >> 7) & SWIZZLE_MASK[mode]) << 4)
-
-
-def tma_box_offsets(rows: int, row_bytes: int, mode: str) -> np.ndarray:
-    """offsets[r, b]: the byte offset from the (atom-aligned) destination at which a TMA tensor copy writes
-    byte b of box row r. Rows are row_bytes apart; swizzled modes need row_bytes == the swizzle span."""
-    if mode != "none" and row_bytes != SWIZZLE_SPAN[mode]:
-        raise ValueError(f"a {mode}-swizzled box row must be exactly {SWIZZLE_SPAN[mode]} bytes, not {row_bytes}")
-    lin = np.arange(rows)[:, None] * row_bytes + np.arange(row_bytes)[None, :]
-    return swizzle(lin, mode)
-
-
-def kmajor_layout(rows: int, kelems: int, itemsize: int, mode: str):
-    """Element offsets (rows × kelems) of a K-major operand tile that wgmma reads with the descriptor
-    fields (lbo, sbo) returned, and the byte step of one instruction's K (32 bytes).
-
-    none: 8-row × 16-byte core matrices stored whole (128 B), K-adjacent cores LBO = 128 B apart, 8-row
-    groups SBO apart. 128B/64B/32B: rows of exactly the swizzle span (= TMA's image of a box of that width),
-    8-row atoms SBO = 8 × span apart, LBO unused (16)."""
-    r = np.arange(rows)[:, None]
-    k = np.arange(kelems)[None, :]
-    if mode == "none":
-        per_core = 16 // itemsize
-        lbo, sbo = 128, 128 * (kelems // per_core)
-        byte = (r % 8) * 16 + (k // per_core) * lbo + (r // 8) * sbo + (k % per_core) * itemsize
-    else:
-        span = SWIZZLE_SPAN[mode]
-        if kelems * itemsize != span:
-            raise ValueError(f"a {mode}-swizzled K-major tile holds {span} bytes of K per row, not "
-                             f"{kelems * itemsize}")
-        byte = tma_box_offsets(rows, span, mode)[:, ::itemsize][:, :kelems]
-        lbo, sbo = 16, 8 * span
-    return (byte // itemsize).astype(np.int64), lbo, sbo, 32
-
-
-def make_descriptor(addr: int, lbo: int, sbo: int, mode: str) -> int:
-    """The 64-bit wgmma shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte
-    offset >> 4 in bits 16-29, stride byte offset >> 4 in bits 32-45, base offset 0 (bits 49-51), swizzle
-    mode in bits 62-63."""
-    return (((addr & 0x3FFFF) >> 4) | ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32
-            | SWIZZLE_MODES[mode] << 62)
-
-
-def decode_descriptor(desc: int) -> dict:
-    """The fields of a descriptor (as Python ints; the mode by name)."""
-    desc = int(desc) & 0xFFFFFFFFFFFFFFFF
-    mode = {v: k for k, v in SWIZZLE_MODES.items()}[desc >> 62]
-    return dict(start=(desc & 0x3FFF) << 4, lbo=((desc >> 16) & 0x3FFF) << 4, sbo=((desc >> 32) & 0x3FFF) << 4,
-                base_offset=(desc >> 49) & 7, mode=mode)
-
-
-def operand_addresses(desc: int, rows: int, kbytes: int = 32) -> np.ndarray:
-    """addr[r, b]: the shared address of byte b (of K) of row r of a K-major operand that a wgmma reads
-    through `desc`. Swizzled: rows of the span within 8-row atoms SBO apart, XOR on absolute address bits;
-    the start must lie in the first row of its atom (base offset 0: the case measured on the H200)."""
-    d = decode_descriptor(desc)
-    start, lbo, sbo, mode = d["start"], d["lbo"], d["sbo"], d["mode"]
-    r = np.arange(rows)[:, None]
-    b = np.arange(kbytes)[None, :]
-    if mode == "none":
-        return start + (r % 8) * 16 + (r // 8) * sbo + (b // 16) * lbo + b % 16
-    span = SWIZZLE_SPAN[mode]
-    if d["base_offset"] or start % (8 * span) >= span or start % span + kbytes > span:
-        raise ValueError(
-            f"wgmma descriptor starts at shared address {start:#x}, which is not in the first {span}-byte row of "
-            f"a {8 * span}-byte {mode} swizzle atom (or its {kbytes} bytes of K cross the row): only atom-aligned "
-            "tiles (base offset 0) are modelled; place the tile on a 1024-byte boundary")
-    return swizzle(start + (r % 8) * span + (r // 8) * sbo + b, mode)
-
-
-def acc_element(tid, i):
-    """(row, col) in the m64nN tile of accumulator register i of warpgroup thread tid (0-127), measured:
-    warp w = tid // 32 owns rows 16w..16w+15; g = lane // 4, t = lane % 4."""
-    w, lane = tid // 32, tid % 32
-    g, t = lane // 4, lane % 4
-    return 16 * w + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t + (i & 1)
-
-
-def acc_owner(n: int):
-    """(row, col) arrays of shape (128, n / 2): element i of thread tid's accumulator."""
-    return acc_element(np.arange(WARPGROUP)[:, None], np.arange(n // 2)[None, :])
-
-
-def tf32_truncate(x) -> np.ndarray:
-    """float32 with its low 13 mantissa bits cleared: what the H200's wgmma makes of TF32 operands."""
-    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 def _check_shape(n: int, kind: str):
@@ -328,6 +227,9 @@ class _Block:
         self.uncommitted: dict[int, list] = {}   # warpgroup -> ranges read by wgmmas not yet committed
         self.rendezvous: dict = {}
         self.named: dict[int, list] = {}
+        self.written: dict[int, tuple] = {}       # array start -> (the debugger's written-mask, element bytes)
+        self.passed: dict[tuple, tuple] = {}      # (thread, mbarrier) -> (the last phase it waited for, its
+        self.arrivals: dict[int, int] = {}        # arrivals then); thread -> its arrivals on any mbarrier
 
 
 _BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -363,7 +265,15 @@ def _smem_u32_twin(arr):
         raise _sim().SimulatorError(f"the block's shared arrays need {st.next_addr} bytes; a block may use "
                                     f"{SMEM_WINDOW}")
     st.arrays.append((start, data, ptr))
+    mask = getattr(arr, "_written", None)   # the simulator's debugger's written-mask (lib.runtime.simdebug)
+    if isinstance(mask, bytearray) and len(mask) * _itemsize(arr) == data.size:
+        st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(arr))
     return np.uint32(start)
+
+
+def _itemsize(arr) -> int:
+    """The element size in bytes of a (possibly wrapped) shared array."""
+    return np.asarray(getattr(arr, "_ary", arr)).dtype.itemsize
 
 
 def _resolve(st: _Block, addr: int, nbytes: int, what: str):
@@ -385,7 +295,8 @@ class _MBarrier:
         self.pending = count
         self.expected = 0          # bytes announced by expect_tx in this phase
         self.delivered = 0         # bytes delivered in this phase
-        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label)
+        self.waited_parity = None  # the parity its waiting threads wait for (for the deadlock report)
+        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label, mask)
 
     def describe(self, parity=None) -> str:
         waits = "" if parity is None else f" waiting for parity {parity}"
@@ -408,8 +319,10 @@ def _progress(b: _MBarrier, deliver: bool):
     """Deliver the barrier's copies (if asked), complete its phase if it can, wake who waits on it."""
     sim = _sim()
     if deliver:
-        for view, pos, data, _ in b.in_flight:
+        for view, pos, data, _, mask in b.in_flight:
             view[pos] = data
+            if mask is not None:   # what a copy delivers counts as written for the debugger's read check
+                mask[0][pos // mask[1]] = 1
             b.delivered += data.size
         b.in_flight.clear()
         if b.pending == 0 and b.delivered > b.expected:
@@ -422,7 +335,7 @@ def _progress(b: _MBarrier, deliver: bool):
         b.pending, b.expected, b.delivered = b.count, 0, 0
         sim.unpark(("mbar", b.addr))
     else:
-        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe())
+        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe(b.waited_parity))
 
 
 def _mbar_init_twin(bar, count):
@@ -434,11 +347,13 @@ def _mbar_init_twin(bar, count):
     if not 1 <= count < (1 << 20):
         raise ValueError(f"mbar_init: the arrival count must be in 1..2^20-1, got {count}")
     st.barriers[addr] = _MBarrier(addr, count)
+    st.passed = {key: seen for key, seen in st.passed.items() if key[1] != addr}
 
 
 def _arrive(bar, nbytes: int, what: str):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, what)
+    st.arrivals[t.thread_id] = st.arrivals.get(t.thread_id, 0) + 1
     if b.pending == 0:
         raise _sim().SimulatorError(f"{what}: more arrivals than the {b.count} the " + b.describe()
                                     + " was initialised with")
@@ -456,13 +371,34 @@ def _mbar_arrive_expect_tx_twin(bar, nbytes):
 
 
 def _mbar_try_wait_twin(bar, parity):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, "mbar_try_wait")
     parity = int(parity) & 1
+    mine = (t.thread_id, b.addr)
+    if (b.phase & 1) != parity:
+        # The last phase of this parity has completed: the hardware returns at once. Nothing is delivered
+        # here (the current phase's copies may well still be in flight on a GPU). A thread that passes the
+        # same completed phase again after arriving on a barrier since (it released a slot, or announced a
+        # copy: it has moved on to the next round) has not flipped its parity: it goes on without waiting.
+        done, arrived = b.phase - 1, st.arrivals.get(t.thread_id, 0)
+        last = st.passed.get(mine)
+        if last is not None and last[0] == done and arrived > last[1]:
+            raise _sim().SimulatorError(
+                f"race: thread {t.thread_id} waits again for a phase of the mbarrier at shared {b.addr:#x} that it "
+                f"has already waited for, after arriving on a barrier since: mbar_try_wait(bar, {parity}) returns "
+                f"at once because the last phase of parity {parity} completed, so the thread goes on without waiting "
+                f"for the barrier's phase {b.phase} (" + b.describe() + "): it reads a slot before its bytes land, "
+                "or refills one still in use. Flip the parity each time the ring comes round: (i // STAGES) & 1 on "
+                "a full barrier, ((i // STAGES) & 1) ^ 1 on an empty one")
+        st.passed[mine] = (done, arrived)
+        return np.int32(1)
     _progress(b, deliver=True)
     while (b.phase & 1) == parity:
+        b.waited_parity = parity
         _sim().park(("mbar", b.addr), "mbar_try_wait on " + b.describe(parity))
         _progress(b, deliver=True)
+    done = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
+    st.passed[mine] = (done, st.arrivals.get(t.thread_id, 0))
     return np.int32(1)
 
 
@@ -505,7 +441,7 @@ def _tma_load_2d_twin(dst, tmap, c0, c1, bar):
     if r0 < r1 and k0 < k1:
         box[r0 - c1:r1 - c1, k0 - c0:k1 - c0] = tm.array[r0:r1, k0:k1]
     pos = off + tma_box_offsets(tm.box_rows, row_bytes, tm.mode).reshape(-1)
-    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi)))
+    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi), st.written.get(dst - off)))
     if sim.parked(("mbar", b.addr)):
         _progress(b, deliver=True)
 
@@ -588,7 +524,7 @@ def _wgmma_twin(n: int, kind: str):
             lo, hi = int(addr.min()), int(addr.max()) + 1
             view, off = _resolve(st, lo, hi - lo, op)
             for copy_bar in st.barriers.values():
-                for _, _, _, (clo, chi) in copy_bar.in_flight:
+                for _, _, _, (clo, chi), _ in copy_bar.in_flight:
                     if clo < hi and lo < chi:
                         raise sim.SimulatorError(
                             f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
