@@ -998,7 +998,7 @@ def _read_operand(st, op: str, addr: np.ndarray, itemsize: int, kind: str) -> tu
     lo, hi = int(addr.min()), int(addr.max()) + itemsize
     view, off = _resolve(st, lo, hi - lo, op)
     for copy_bar in st.barriers.values():
-        for _, _, _, (clo, chi) in copy_bar.in_flight:
+        for _, _, _, (clo, chi), _ in copy_bar.in_flight:
             if clo < hi and lo < chi:
                 raise sim.SimulatorError(
                     f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
