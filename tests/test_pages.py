@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from lib.measure import ptx, results
 from lib.measure.bench import PAGE_WIDTH
@@ -188,3 +189,17 @@ def test_every_book_kernel_is_quieted():
             missing += [f"{path.name}: {outer.name} makes kernel {name} without quiet()"
                         for name in inner if name not in quieted and outer.name not in bound]
     assert not missing, "\n".join(missing)
+
+
+def test_roofline_widget_can_show_one_chapters_points():
+    from lib.widgets import roofline as roofline_widget
+
+    every = roofline_widget.widget()
+    recorded = {p["chapter"] for p in every.points}
+    if "tensorcores" not in recorded:
+        return  # nothing recorded for the chapter: no points to filter
+    one = roofline_widget.widget(chapters=("tensorcores",))
+    assert one.points and {p["chapter"] for p in one.points} == {"tensorcores"}
+    assert len(one.points) < len(every.points)
+    with pytest.raises(ValueError, match="no recorded points for chapter"):
+        roofline_widget.widget(chapters=("no_such_chapter",))
