@@ -203,3 +203,22 @@ def test_roofline_widget_can_show_one_chapters_points():
     assert len(one.points) < len(every.points)
     with pytest.raises(ValueError, match="no recorded points for chapter"):
         roofline_widget.widget(chapters=("no_such_chapter",))
+
+
+def test_every_code_cell_of_a_chapter_is_a_cell():
+    """jupytext reads a chapter into cells; a fence it cannot match (a ````{dropdown} right before a code cell,
+    say) silently turns the rest of the page into one markdown cell, whose code then shows as text and
+    never runs."""
+    import jupytext
+
+    from tools.notebooks import toc_docs
+
+    for doc in toc_docs():
+        path = ROOT / f"{doc}.md"
+        if not path.exists():
+            continue
+        cells = jupytext.read(path).cells
+        swallowed = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "```{code-cell}" in c.source]
+        assert not swallowed, f"{doc}: markdown cell {swallowed[0]} contains a code cell: {cells[swallowed[0]].source[:200]!r}"
+        written = path.read_text().count("```{code-cell}")
+        assert sum(c.cell_type == "code" for c in cells) == written, f"{doc}: {written} code cells written"
