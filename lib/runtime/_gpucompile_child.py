@@ -28,7 +28,7 @@ import textwrap  # noqa: E402
 import types  # noqa: E402
 import warnings  # noqa: E402
 
-CC = (9, 0)
+CC = (9, 0, "a")  # sm_90a: the arch-specific target of wgmma, setmaxnreg and TMA (numba links it at launch on a 9.0 GPU)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lib/runtime/ -> the book
 
 

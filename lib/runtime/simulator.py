@@ -709,3 +709,38 @@ def _kernel_context_active() -> bool:
     from numba.cuda.simulator import kernel
 
     return bool(kernel._kernel_context)
+
+
+# --- parking: a thread waits for an event another thread of its block signals (lib.runtime.hopper) -------
+def park(key, what: str):
+    """The calling simulated thread waits until some thread of its block calls :func:`unpark` with `key`;
+    `what` is how a deadlock report names the wait (update it with :func:`describe_parked`)."""
+    t = current_thread()
+    if t is None:
+        raise SimulatorError(f"{what} can only be called inside a kernel")
+    m = t._manager
+    m.__dict__.setdefault("parked", {}).setdefault(key, []).append(t)
+    warp = m.warps[t.thread_id // WARP]
+    m._wait(t, warp, what)
+    m._yield(warp)
+
+
+def unpark(key) -> int:
+    """Put every thread of the calling thread's block parked on `key` back in line; how many there were."""
+    m = current_thread()._manager
+    waiting = m.__dict__.get("parked", {}).pop(key, [])
+    for t in waiting:
+        m._wake(t, m.warps[t.thread_id // WARP])
+    return len(waiting)
+
+
+def parked(key) -> int:
+    """How many threads of the calling thread's block are parked on `key`."""
+    return len(current_thread()._manager.__dict__.get("parked", {}).get(key, ()))
+
+
+def describe_parked(key, what: str):
+    """Reword what the threads parked on `key` wait for (the state they wait on changed)."""
+    m = current_thread()._manager
+    for t in m.__dict__.get("parked", {}).get(key, ()):
+        m.waiting_at[t] = what
