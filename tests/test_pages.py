@@ -222,3 +222,9 @@ def test_every_code_cell_of_a_chapter_is_a_cell():
         assert not swallowed, f"{doc}: markdown cell {swallowed[0]} contains a code cell: {cells[swallowed[0]].source[:200]!r}"
         written = path.read_text().count("```{code-cell}")
         assert sum(c.cell_type == "code" for c in cells) == written, f"{doc}: {written} code cells written"
+        for i, cell in enumerate(c for c in cells if c.cell_type == "code"):
+            python = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("!", "%")))
+            try:
+                ast.parse(python)
+            except SyntaxError as error:
+                raise AssertionError(f"{doc}: code cell {i} is not Python: {error}\n{cell.source[:300]}") from None
