@@ -652,8 +652,8 @@ def spin_on_atomic_load(flag, out):
 
 
 def record_extra(folder):
-    """Write scan.spin_loops.txt: the PTX of the two spin loops, compiled for this GPU, with the device,
-    versions and date."""
+    """Write scan.spin_loops.txt (the PTX of the two spin loops, compiled for this GPU, with the device,
+    versions and date) and scan.block_scan.csv (`record_block_scans`)."""
     from pathlib import Path
 
     from lib.measure.results import environment
@@ -668,7 +668,50 @@ def record_extra(folder):
         lines += ["", f"## {kernel.__name__}", body.strip()]
     path = Path(folder) / f"{CHAPTER}.spin_loops.txt"
     path.write_text("\n".join(lines) + "\n")
-    return [path]
+    return [path, record_block_scans(folder)]
+
+
+def record_block_scans(folder, n: int | None = None):
+    """Write scan.block_scan.csv: phase 1 of the three-phase scan alone (`scan_block`, each block scanned,
+    its total kept), for every block scan, at the ladder's size. Each is checked against float64 per-block
+    cumulative sums (the scan exercise's tolerance) before it is timed; bytes = 2·n·4 (read n, write n; the
+    block totals are n / elements-per-block floats more), the figure seed 002 B asks for."""
+    import csv
+    from pathlib import Path
+
+    from lib.measure.results import environment
+    from lib.measure.timing import time_cuda
+
+    n = N if n is None else n
+    rng = np.random.default_rng(0)
+    (x,) = _ladder_inputs(n, rng)
+    d_x, d_out = cuda.to_device(x), cuda.device_array(n, np.float32)
+    env = environment()
+    rows = []
+    for kind in BLOCK_SCANS:
+        _, elems = _block_scan(kind)
+        scan_block(d_x, d_out, kind)
+        got = d_out.copy_to_host()
+        pad = (-n) % elems
+        blocks = np.concatenate([np.asarray(x, np.float64), np.zeros(pad)]).reshape(-1, elems)
+        expected = np.cumsum(blocks, axis=1).reshape(-1)[:n]
+        # float32 sums of at most `elems` terms, any order: |error| <= elems·u·Σ|x| over the block so far.
+        # A dropped or doubled element is ~|x|, far above it.
+        bound = elems * 2.0 ** -24 * np.cumsum(np.abs(blocks), axis=1).reshape(-1)[:n] + 1e-30
+        worst = int(np.argmax(np.abs(got - expected) / bound))
+        if abs(got[worst] - expected[worst]) > bound[worst]:
+            raise AssertionError(f"scan_block({kind!r}) is wrong at n = {n}: out[{worst}] = {got[worst]}, "
+                                 f"expected {expected[worst]} (bound {bound[worst]:.2e})")
+        t = time_cuda(lambda: scan_block(d_x, d_out, kind), bytes=2 * n * 4)
+        rows.append({"kind": kind, "n": n, "elements_per_block": elems, "bytes": 2 * n * 4,
+                     "median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms,
+                     "gbs": 2 * n * 4 / (t.median_ms * 1e6), "timer": t.timer, **env})
+    path = Path(folder) / f"{CHAPTER}.block_scan.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 # --- the ladder ------------------------------------------------------------------------------------------

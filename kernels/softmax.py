@@ -92,9 +92,11 @@ def online_update(m, l, v):
 
 @cuda.jit(device=True)
 def warp_merge(m, l):
-    """Butterfly merge of a warp's 32 states: after log2(32) = 5 rounds every lane holds the warp's
-    state. Lanes i and i^k each compute merge(own, other) in the opposite order, so they agree bit for bit
-    only because the merge is commutative — which it is, even in floating point (a+b == b+a)."""
+    """Butterfly merge of a warp's 32 states: after log2(32) = 5 rounds (two shuffles each) every lane
+    holds the warp's state. Lanes i and i^k compute merge(own, other) with the arguments swapped. In exact
+    arithmetic they agree; on the GPU, NVVM contracts l_a·e_a + l_b·e_b into one FMA that rounds only one
+    of the two products, so the two lanes may differ in the last bit of l (harmless: each lane normalises
+    its own values, well inside the tolerance). The simulator (numpy, no contraction) cannot show this."""
     offset = WARP // 2
     while offset > 0:
         m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
@@ -232,7 +234,7 @@ def softmax_online_kernel(x, out):
 # --- rung 3: a warp per row ---------------------------------------------------------------------------
 @cuda.jit
 def softmax_warp_per_row_kernel(x, out):
-    """Online softmax with one warp per row: the merge is five shuffles, with no shared memory and no
+    """Online softmax with one warp per row: the merge is five shuffle rounds, with no shared memory and no
     barrier — cheap for short rows, too little parallelism for long ones (a 65536-wide row gets 32
     threads).
 

@@ -7,8 +7,9 @@ Python twin in lib computes — the widgets' maths runs in the page's JavaScript
 finds pages, previous/next links chain the chapters, each chapter offers its .ipynb and MyST source for
 download and a Colab link, pages are readable at a phone's width, and the widgets render in the dark theme.
 
-Nothing on a chapter page is clipped at a 1280 px window: no table or output block is wider than the article's
-text column or scrolls sideways inside it.
+Nothing on a chapter page is clipped at a 1280 px window: no listing (a kernel shown with literalinclude, a code
+cell, folded ones opened), table or output block is wider than the article's column or scrolls sideways inside
+it. At a phone's width no block sticks out of the column (a listing may scroll inside its own box there).
 
 Screenshots, one per chapter (light, full page), plus phone-width and dark-theme ones, are saved under
 <build>/_build/html/_screenshots/ (the book built once per session by the `book` fixture of conftest.py) and
@@ -414,26 +415,31 @@ def test_downloaded_notebook_installs_the_book_on_colab(html, doc):
     assert any(c["cell_type"] == "code" and c.get("outputs") for c in nb["cells"]), f"{doc}: no executed output"
 
 
-# Every table and output block of the article, with how far it sticks out of the text column or scrolls
-# sideways inside itself (the reader would have to scroll to read it). Widgets (anywidget's own layout) and
-# images (scaled by the theme) are left out.
-CLIPPED_JS = r"""() => {
+# Every listing (div.highlight: literalinclude blocks and code cells), table and output block of the article,
+# with how far it sticks out of the article's column or scrolls sideways inside itself (the reader would have to
+# scroll to read it). Folded blocks (hidden cell sources, dropdowns) are opened first: a reader opens them.
+# Widgets (anywidget's own layout) and images (scaled by the theme) are left out. `inside`: false at a phone's
+# width, where a listing of ~110 columns may scroll inside its own box but must not widen the page.
+CLIPPED_JS = r"""(inside_counts) => {
+  for (const d of document.querySelectorAll("article.bd-article details")) d.open = true;
   const column = document.querySelector("article.bd-article").getBoundingClientRect();
   const blocks = document.querySelectorAll(
-    "article.bd-article table, article.bd-article .cell_output pre, article.bd-article .cell_output .output");
+    "article.bd-article div.highlight pre, article.bd-article table, " +
+    "article.bd-article .cell_output pre, article.bd-article .cell_output .output");
   const clipped = [];
   for (const el of blocks) {
     if (el.closest(".jupyter-widgets, .widget-subarea") || el.offsetParent === null) continue;
     const box = el.getBoundingClientRect();
-    const inside = el.scrollWidth - el.clientWidth;
+    const inside = inside_counts ? el.scrollWidth - el.clientWidth : 0;
     const beyond = Math.max(box.right - column.right, column.left - box.left);
     if (inside > 1 || beyond > 1) {
-      const text = (el.innerText || "").trim().split("\n")[0].slice(0, 60);
+      const lines = (el.textContent || "").split("\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "").trim().slice(0, 70);
       clipped.push(`${el.tagName.toLowerCase()}.${[...el.classList].join(".")}: ` +
-                   `${Math.round(Math.max(inside, beyond))} px too wide ("${text}")`);
+                   `${Math.round(Math.max(inside, beyond))} px too wide ("${longest}")`);
     }
   }
-  return clipped;
+  return {clipped, listings: document.querySelectorAll("article.bd-article div.highlight pre").length};
 }"""
 
 
@@ -442,8 +448,22 @@ def test_nothing_is_clipped_at_1280_px(visit, doc):
     v = visit(f"{doc}.html")
     assert v.page.evaluate("window.innerWidth") == DESKTOP["width"]
     assert v.page.locator("article.bd-article").count() == 1, f"{doc}: no article column found"
-    clipped = v.page.evaluate(CLIPPED_JS)
-    assert not clipped, f"{doc}: {len(clipped)} blocks wider than the text column:\n" + "\n".join(clipped)
+    found = v.page.evaluate(CLIPPED_JS, True)
+    assert found["listings"] > 0, f"{doc}: no listing found (has the theme renamed div.highlight?)"
+    clipped = found["clipped"]
+    assert not clipped, f"{doc}: {len(clipped)} blocks wider than the column:\n" + "\n".join(clipped)
+
+
+def test_the_page_contents_stay_reachable_at_1280_px(visit):
+    """The wider article takes the place of the page's table of contents: the header's contents button must
+    show it."""
+    v = visit("chapters/attention.html")
+    button = v.page.locator(".bd-header button.secondary-toggle")
+    assert button.is_visible(), "no contents button in the header at 1280 px"
+    button.click()
+    toc = v.page.locator("dialog.bd-sidebar-secondary nav.page-toc a", has_text="The ladder")
+    toc.first.wait_for(state="visible", timeout=WIDGET_TIMEOUT_MS)
+    assert not v.settle(), v.problems
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -452,6 +472,9 @@ def test_readable_at_phone_width(visit, shots, doc):
     overflow = v.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     v.page.screenshot(path=str(shots / f"{Path(doc).name}.phone.png"))
     assert overflow <= 1, f"{doc}: the page is {overflow} px wider than a {PHONE['width']} px phone screen"
+    if doc.startswith("chapters/"):
+        clipped = v.page.evaluate(CLIPPED_JS, False)["clipped"]
+        assert not clipped, f"{doc}: {len(clipped)} blocks stick out of the column on a phone:\n" + "\n".join(clipped)
 
 
 CONTRAST_JS = """el => {

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from lib.measure import ptx, results
 from lib.measure.bench import PAGE_WIDTH
@@ -188,3 +189,42 @@ def test_every_book_kernel_is_quieted():
             missing += [f"{path.name}: {outer.name} makes kernel {name} without quiet()"
                         for name in inner if name not in quieted and outer.name not in bound]
     assert not missing, "\n".join(missing)
+
+
+def test_roofline_widget_can_show_one_chapters_points():
+    from lib.widgets import roofline as roofline_widget
+
+    every = roofline_widget.widget()
+    recorded = {p["chapter"] for p in every.points}
+    if "tensorcores" not in recorded:
+        return  # nothing recorded for the chapter: no points to filter
+    one = roofline_widget.widget(chapters=("tensorcores",))
+    assert one.points and {p["chapter"] for p in one.points} == {"tensorcores"}
+    assert len(one.points) < len(every.points)
+    with pytest.raises(ValueError, match="no recorded points for chapter"):
+        roofline_widget.widget(chapters=("no_such_chapter",))
+
+
+def test_every_code_cell_of_a_chapter_is_a_cell():
+    """jupytext reads a chapter into cells; a fence it cannot match (a ````{dropdown} right before a code cell,
+    say) silently turns the rest of the page into one markdown cell, whose code then shows as text and
+    never runs."""
+    import jupytext
+
+    from tools.notebooks import toc_docs
+
+    for doc in toc_docs():
+        path = ROOT / f"{doc}.md"
+        if not path.exists():
+            continue
+        cells = jupytext.read(path).cells
+        swallowed = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "```{code-cell}" in c.source]
+        assert not swallowed, f"{doc}: markdown cell {swallowed[0]} contains a code cell: {cells[swallowed[0]].source[:200]!r}"
+        written = path.read_text().count("```{code-cell}")
+        assert sum(c.cell_type == "code" for c in cells) == written, f"{doc}: {written} code cells written"
+        for i, cell in enumerate(c for c in cells if c.cell_type == "code"):
+            python = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("!", "%")))
+            try:
+                ast.parse(python)
+            except SyntaxError as error:
+                raise AssertionError(f"{doc}: code cell {i} is not Python: {error}\n{cell.source[:300]}") from None

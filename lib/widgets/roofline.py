@@ -62,8 +62,10 @@ def measured_roofs(folder=None) -> list[dict]:
             for kind in ("tf32", "f16") if kind in best.index]
 
 
-def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: float = 9.0, folder=None):
-    """The live widget, with every recorded point of the book (from `folder`, default data/results/)."""
+def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: float = 9.0, folder=None,
+           chapters: tuple[str, ...] | None = None):
+    """The live widget, with every recorded point of the book (from `folder`, default data/results/), or only
+    those of the named `chapters` (a page that shows one ladder: its points would be lost among 150)."""
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}: one of {', '.join(GPUS)}")
     for name, value, (lo, hi) in [("log10_flops", log10_flops, LOG10_FLOPS_RANGE),
@@ -73,5 +75,11 @@ def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: flo
     specs = widget_specs()
     analyze(specs[gpu], 10 ** log10_flops, 10 ** log10_bytes)
     points, unplaced = roofline_points(folder)
+    if chapters is not None:
+        known = {p["chapter"] for p in points}
+        if not set(chapters) <= known:
+            raise ValueError(f"no recorded points for chapter(s) {sorted(set(chapters) - known)}: "
+                             f"recorded are {', '.join(sorted(known))}")
+        points = [p for p in points if p["chapter"] in chapters]
     return _widget_class()(gpu=gpu, log10_flops=log10_flops, log10_bytes=log10_bytes, specs=specs,
                            points=points, unplaced=unplaced, measured_roofs=measured_roofs(folder))
