@@ -24,6 +24,7 @@ from lib.measure.bench import Baseline, Ladder, Rung
 from lib.runtime import hopper
 from lib.runtime.dynamic_shared import allow_dynamic_shared
 from lib.runtime.mma import b16_values, bf16_bits
+from lib.runtime.quiet_launches import quiet
 
 CHAPTER = "hopper"
 KINDS = ("f16", "bf16", "tf32")
@@ -148,7 +149,7 @@ def make_tma_pipeline_kernel(kind: str):
             if tid == 0 and kt + STAGES < k_tiles:
                 issue_stage(tma_a, tma_b, ring, full, slot, kt + STAGES, m0, n0, k_elems)
         store_tile(c, acc, m0, n0, consumer, tid)
-    return gemm_tma_pipeline, 256
+    return quiet(gemm_tma_pipeline), 256
 
 
 # --- rung 2: warp specialisation: a producer warpgroup, two consumers, full and empty barriers -------------
@@ -209,7 +210,7 @@ def make_warp_specialized_kernel(kind: str, mma_in_flight: bool = False):
                         hopper.mbar_arrive(empty + 8 * slot)
             hopper.wgmma_wait(0)
             store_tile(c, acc, m0, n0, consumer, tid)
-    return gemm_warp_specialized, 384
+    return quiet(gemm_warp_specialized), 384
 
 
 # --- rung 4: a persistent grid: one block per SM walks the tiles, its producer runs ahead into the next ----
@@ -270,7 +271,7 @@ def make_persistent_kernel(kind: str):
                         hopper.mbar_arrive(empty + 8 * slot)
                     it += 1
                 store_tile(c, acc, tm * BM, tn * BN, consumer, tid)
-    return gemm_persistent, 384
+    return quiet(gemm_persistent), 384
 
 
 MAKERS = {"tma_pipeline": make_tma_pipeline_kernel, "warp_specialized": make_warp_specialized_kernel,

@@ -142,7 +142,8 @@ def _caller():
 
 def _where(code, line) -> str:
     path = code.co_filename
-    shown = os.path.relpath(path, ROOT) if path.startswith(str(ROOT)) else path
+    real = os.path.realpath(path)  # chapters/kernels links to kernels/: name the file itself
+    shown = os.path.relpath(real, ROOT) if real.startswith(str(ROOT) + os.sep) else path
     text = re.sub(r"\s+#.*$", "", linecache.getline(path, line).strip())  # the code, not its comment
     return f"{shown}:{line}   {text}" if text else f"{shown}:{line}"
 
