@@ -101,29 +101,35 @@ def _unwritten_1d(mask: np.ndarray, own: list[dict]) -> str:
     first, count = int(idx[0]), int(idx.size)
     widest = max(own, key=lambda r: math.prod(r["grid"]) * math.prod(r["block"])) if own else None
     threads = _threads(own)
-    label = f"your launch {_label(widest)}" if widest else "your launch"
-    if idx[-1] == n - 1 and count == n - first:  # the tail
-        tail = f"elements {_span(first, n - 1)} (the tail, the last {count}) were never written"
+    launch = f"your launch {_label(widest)}" if widest else "your launch"
+    flatten = ("threads land on the same element and leave others; flatten the 2-D thread index with the grid's "
+               "whole width, i = y * (cuda.gridDim.x * cuda.blockDim.x) + x.")
+    if idx[-1] == n - 1 and count == n - first:  # the tail (or everything)
+        tail = (f"no element was written" if count == n else
+                f"elements {_span(first, n - 1)} (the tail, the last {count}) were never written")
         if threads and first == threads:
-            return (f"{tail}: {label} has {threads} threads for {n} elements, one each, so the grid does not "
+            return (f"{tail}: {launch} has {threads} threads for {n} elements, one each, so the grid does not "
                     "cover the array: round the block count up, (n + threads - 1) // threads.")
         if threads and first % threads == 0 and first > threads:
             k = first // threads
-            return (f"{tail}, and {first} = {k} × the {threads} threads of {label[5:]}: each thread handled "
+            return (f"{tail}, and {first} = {k} × the {threads} threads of {launch}: each thread handled "
                     f"{k} elements and stopped; let the loop run to n (for i in range(start, n, stride)).")
-        if threads and threads >= n:
-            return (f"{tail}, although {label[5:]} has {threads} threads for {n} elements: the bounds guard or "
+        if widest is not None and threads >= n and _is_2d(widest):
+            return f"{tail}, although {launch} has {threads} threads for {n} elements: {flatten}"
+        if threads >= n:
+            return (f"{tail}, although {launch} has {threads} threads for {n} elements: the bounds guard or "
                     "the loop's end stops short of n (the last index is n - 1), or the last partial group of "
                     "elements a thread handles together is skipped.")
-        return f"{tail}; {label[5:]} has {threads} threads: check what reaches the elements past {first - 1}."
+        if count == n:
+            return (f"{tail}: is the kernel launched (kernel[blocks, threads](...)) with the output array, and "
+                    "does it store into it?")
+        return f"{tail}; {launch} has {threads} threads: check what reaches the elements past {first - 1}."
     shown = ", ".join(map(str, idx[:4])) + (", ..." if count > 4 else "")
     text = f"{count} of {n} elements were never written (indices {shown})"
     if widest is not None and threads >= n:
         if _is_2d(widest):
-            return (f"{text}, although {label[5:]} has {threads} threads for {n} elements: threads land on the "
-                    "same element and leave gaps; flatten the 2-D thread index with the grid's whole width, "
-                    "i = y * (cuda.gridDim.x * cuda.blockDim.x) + x.")
-        return (f"{text}, although {label[5:]} has {threads} threads for {n} elements: the index arithmetic "
+            return f"{text}, although {launch} has {threads} threads for {n} elements: {flatten}"
+        return (f"{text}, although {launch} has {threads} threads for {n} elements: the index arithmetic "
                 "sends two threads to one element and none to others.")
     return f"{text}: check the index arithmetic and that every element is reached by exactly one thread."
 
@@ -178,7 +184,7 @@ def observed_hint(case, bad, own: list[dict], fixed: list[dict], written: np.nda
         return fault
     if bad.n_read_out or bad.n_nonfinite:
         return pattern_hint(bad)
-    if bad.n_unwritten and bad.n_unwritten == bad.n_wrong and bad.n_unwritten < wrong.size:
+    if bad.n_unwritten and bad.n_unwritten == bad.n_wrong and (bad.n_unwritten < wrong.size or own):
         if swapped_xy:
             return ("the grid covers the array (x along its columns, y along its rows), yet elements were "
                     "never written: the index arithmetic swaps x and y? cuda.grid(2) returns (x, y), and x "

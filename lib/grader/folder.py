@@ -17,19 +17,17 @@ import argparse
 import csv
 import os
 import re
-import shutil
 import stat
 import sys
 import tempfile
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ROOT
 from ..exercises import EXERCISES, RETIRED
-from . import remote, sandbox
+from . import edition, remote, sandbox
 from .cleanup import remove_tree
 
 SUFFIXES = (".ipynb", ".md")
@@ -193,15 +191,7 @@ def _prepare_run(folder: Path, out: Path | None, limit_s: float, secret_seed: st
     scratch = Path(tempfile.mkdtemp(prefix="book-grader-"))
     os.chmod(scratch, 0o711)
     book = scratch / "book"
-    book.mkdir()
-    for name in COPIED:  # the student edition: no chapters, so no solution cells
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, book / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, book / name)
-    for path in [book, *book.rglob("*")]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    edition.build(book, COPIED)  # the student edition: no chapters (so no solution cells), no answers in kernels/
     # Every top-level folder that is not the system's is hidden too: another copy of a classmate's notebook
     # (a second checkout, a downloads folder under /work or /srv) must not be readable from the sandbox.
     elsewhere = {f"/{d}" for d in os.listdir("/") if d not in SYSTEM_DIRS and os.path.isdir(f"/{d}")
@@ -232,8 +222,8 @@ def _run_one(run: Run, sub: Submission, index: int) -> Outcome:
     run.live[index] = server.verdicts
     env = _sandbox_env(run, work, sock_dir / "grade.sock")
     try:
-        result = sandbox.run([sys.executable, "-m", "lib.grader.execute", str(notebook), str(run.limit_s)],
-                             workdir=work, new_root=new_root, hide=run.hide,
+        result = sandbox.run([sandbox.python_executable(), "-m", "lib.grader.execute", str(notebook),
+                              str(run.limit_s)], workdir=work, new_root=new_root, hide=run.hide,
                              expose=[str(run.book), str(sock_dir)] + sandbox.python_paths(ROOT),
                              env=env, limits=_limits(run), sandboxed=run.sandbox_problem is None)
     finally:

@@ -226,7 +226,7 @@ class Server:
 
     def _grade(self, conn: socket.socket, exercise_id):
         from . import cases
-        from .report import ERROR, TIMEOUT, verdict
+        from .report import ERROR, verdict
 
         if not isinstance(exercise_id, str) or exercise_id not in EXERCISES:
             send(conn, {"op": "unknown", "exercises": sorted(EXERCISES)})

@@ -107,6 +107,17 @@ def python_paths(exclude: Path) -> list[str]:
     return sorted(p for p in keep if not any(p.startswith(q.rstrip("/") + "/") for q in keep if q != p))
 
 
+def python_executable() -> str:
+    """This Python as the sandbox can reach it: the interpreter under the real path of its prefix (a venv
+    reached through a symbolic link inside a hidden folder, as a worktree's .venv is, stays a venv)."""
+    prefix = os.path.realpath(sys.prefix)
+    for name in (os.path.basename(sys.executable), "python3", "python"):
+        candidate = os.path.join(prefix, "bin", name)
+        if os.path.exists(candidate):
+            return candidate
+    return sys.executable
+
+
 _PROBE: dict = {}
 
 
@@ -174,26 +185,32 @@ def keyctl(*args) -> int:
     return libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
 
 
-_CLEAR_KEYS = f"""
-import ctypes, os
-n = {_SYS_KEYCTL!r}.get(os.uname().machine)
-if n is not None:
-    libc = ctypes.CDLL(None)
-    for ring in ({KEY_SPEC_USER_KEYRING}, {KEY_SPEC_USER_SESSION_KEYRING}):
-        libc.syscall(ctypes.c_long(n), ctypes.c_long({KEYCTL_CLEAR}), ctypes.c_long(ring))
-"""
-
-
 def clear_keys(uid: int):
     """Empty the user and user-session keyrings of `uid` (a key a sandbox left there would outlive it and be
-    readable by the next process of that user). Runs as `uid`; needs root; never raises."""
-    if os.geteuid() != 0 or uid == 0:
+    readable by the next process of that user). A forked child takes the user id and clears them (no exec:
+    the interpreter itself may sit in a folder that user cannot read). Needs root; never raises."""
+    number = _SYS_KEYCTL.get(os.uname().machine)
+    if os.geteuid() != 0 or uid == 0 or number is None:
         return
+    syscall = ctypes.CDLL(None).syscall   # resolved before the fork
+    args = [(ctypes.c_long(number), ctypes.c_long(KEYCTL_CLEAR), ctypes.c_long(ring))
+            for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)]
     try:
-        subprocess.run([sys.executable, "-I", "-S", "-c", _CLEAR_KEYS], user=uid, group=uid, extra_groups=[],
-                       env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=30, cwd="/")
-    except (OSError, subprocess.SubprocessError):
+        pid = os.fork()
+    except OSError:
+        return
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for a in args:
+                syscall(*a)
+        finally:
+            os._exit(0)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
         pass
 
 
@@ -427,6 +444,8 @@ def _copy_in(source: str, target: str, uid: int | None):
         os.makedirs(dest, exist_ok=True)
         for name in files:
             shutil.copyfile(os.path.join(top, name), os.path.join(dest, name), follow_symlinks=False)
+        for name in dirs:
+            os.makedirs(os.path.join(dest, name), exist_ok=True)
         if uid is not None:
             for name in [*dirs, *files]:
                 os.lchown(os.path.join(dest, name), uid, uid)
