@@ -93,10 +93,10 @@ $(CHROMIUM):
 
 # On the GPU machine (no network) PY=python3: then no venv is made.
 record: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
-	$(PY) -m lib.record
+	$(PY) -m tools.record
 
 student: venv
-	$(VENV)/bin/python -m lib.student _build/student
+	$(VENV)/bin/python -m tools.student _build/student
 
 # --- JupyterLab -----------------------------------------------------------------------------------------
 # The chapters are MyST .md files: jupytext's JupyterLab extension (shipped inside the jupytext package) opens

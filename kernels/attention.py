@@ -7,6 +7,11 @@ memory: FlashAttention's forward pass (a query tile per block, key/value tiles t
 softmax chapter's running maximum and sum per row, rescaled when a tile brings a larger maximum).
 Both handle any m and n (ragged tiles are zero-filled and masked); path 2 is compiled per head dimension
 (64 or 128) and per masking (full or causal).
+
+Where the rest lives: chapters/attention.md (the page); lib/grading/variants/attention.py (its exercises'
+known-wrong variants); tests/test_attention.py (tests); data/results/attention.* (recorded on the H200).
+Record it with ``python -m tools.record attention`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
 """
 from __future__ import annotations
 
@@ -17,14 +22,14 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from lib.dynamic_shared import allow_dynamic_shared
-from lib.bench import Baseline, Ladder, Rung
-from lib.check import k_scaled_rtol
-from lib.exercises import Tolerance, spike_late_qkv
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
-from kernels.hardware import load_float4 as load_float4_1d, store_float4
-from kernels.matmul import SMEM_ALIGN, load_float4
+from lib.runtime.dynamic_shared import allow_dynamic_shared
+from lib.measure.bench import Baseline, Ladder, Rung
+from lib.grading.check import k_scaled_rtol
+from lib.grading.exercises import spike_late_qkv
+from lib.grading.spec import Tolerance
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
+from lib.runtime.vector import SMEM_ALIGN, load_float4, load_float4_2d, store_float4
 from kernels.softmax import NEG_INF, ZERO, softmax_on_chip, softmax_warp_per_row
 
 CHAPTER = "attention"
@@ -134,9 +139,9 @@ def make_batched_matmul_kernel(BM: int, BN: int, b_transposed: bool):
             cuda.syncthreads()
             for p in range(MM_BK):
                 for i in range(0, MM_TM, 4):
-                    a_frag[i], a_frag[i + 1], a_frag[i + 2], a_frag[i + 3] = load_float4(a_t, p, row0 + i)
+                    a_frag[i], a_frag[i + 1], a_frag[i + 2], a_frag[i + 3] = load_float4_2d(a_t, p, row0 + i)
                 for j in range(0, MM_TN, 4):
-                    b_frag[j], b_frag[j + 1], b_frag[j + 2], b_frag[j + 3] = load_float4(b_s, p, col0 + j)
+                    b_frag[j], b_frag[j + 1], b_frag[j + 2], b_frag[j + 3] = load_float4_2d(b_s, p, col0 + j)
                 for i in range(MM_TM):
                     for j in range(MM_TN):
                         acc[i, j] += a_frag[i] * b_frag[j]
@@ -305,12 +310,12 @@ def make_flash_attention_kernel(head_dim: int, causal: bool):
             for c in range(D):
                 if ROWS_AS_FLOAT4:
                     for r in range(0, ROWS, 4):
-                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4(q_t, c, row0 + r)
+                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4_2d(q_t, c, row0 + r)
                 else:
                     for r in range(ROWS):
                         q_frag[r] = q_t[c, row0 + r]
                 for x in range(0, KEYS, 4):
-                    k_frag[x], k_frag[x + 1], k_frag[x + 2], k_frag[x + 3] = load_float4(k_t, c, key0 + x)
+                    k_frag[x], k_frag[x + 1], k_frag[x + 2], k_frag[x + 3] = load_float4_2d(k_t, c, key0 + x)
                 for r in range(ROWS):
                     for x in range(KEYS):
                         s[r, x] += q_frag[r] * k_frag[x]
@@ -341,12 +346,12 @@ def make_flash_attention_kernel(head_dim: int, causal: bool):
             for j in range(BC):
                 if ROWS_AS_FLOAT4:
                     for r in range(0, ROWS, 4):
-                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4(p_t, j, row0 + r)
+                        q_frag[r], q_frag[r + 1], q_frag[r + 2], q_frag[r + 3] = load_float4_2d(p_t, j, row0 + r)
                 else:
                     for r in range(ROWS):
                         q_frag[r] = p_t[j, row0 + r]
                 for ch in range(CHUNKS):
-                    v0, v1, v2, v3 = load_float4(v_s, j, 4 * (lane + LANES * ch))
+                    v0, v1, v2, v3 = load_float4_2d(v_s, j, 4 * (lane + LANES * ch))
                     for r in range(ROWS):
                         o[r, 4 * ch] += q_frag[r] * v0
                         o[r, 4 * ch + 1] += q_frag[r] * v1
@@ -475,10 +480,10 @@ def make_flash_wide_kernel(causal: bool):
                 for x in range(8):
                     s[r, x] = float32(0.0)
             for c in range(D):                               # scores: 8 × 8 outer products over D
-                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4_1d(smem, (Q_T + c * RW + 4 * g) // 4)
-                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4_1d(smem, (Q_T + c * RW + 64 + 4 * g) // 4)
-                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4_1d(smem, (K_T + c * KW + 4 * lane) // 4)
-                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4_1d(smem, (K_T + c * KW + 32 + 4 * lane) // 4)
+                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4(smem, (Q_T + c * RW + 4 * g) // 4)
+                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4(smem, (Q_T + c * RW + 64 + 4 * g) // 4)
+                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4(smem, (K_T + c * KW + 4 * lane) // 4)
+                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4(smem, (K_T + c * KW + 32 + 4 * lane) // 4)
                 for r in range(8):
                     for x in range(8):
                         s[r, x] += a_frag[r] * b_frag[x]
@@ -506,10 +511,10 @@ def make_flash_wide_kernel(causal: bool):
                     smem[P_T + (4 * lane + 32 * (x // 4) + x % 4) * RW + 4 * g + 64 * (r // 4) + r % 4] = prob
             cuda.syncthreads()
             for j in range(BC):                              # o += p @ v
-                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4_1d(smem, (P_T + j * RW + 4 * g) // 4)
-                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4_1d(smem, (P_T + j * RW + 64 + 4 * g) // 4)
-                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4_1d(smem, (V_S + j * D + 4 * lane) // 4)
-                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4_1d(smem, (V_S + j * D + 32 + 4 * lane) // 4)
+                a_frag[0], a_frag[1], a_frag[2], a_frag[3] = load_float4(smem, (P_T + j * RW + 4 * g) // 4)
+                a_frag[4], a_frag[5], a_frag[6], a_frag[7] = load_float4(smem, (P_T + j * RW + 64 + 4 * g) // 4)
+                b_frag[0], b_frag[1], b_frag[2], b_frag[3] = load_float4(smem, (V_S + j * D + 4 * lane) // 4)
+                b_frag[4], b_frag[5], b_frag[6], b_frag[7] = load_float4(smem, (V_S + j * D + 32 + 4 * lane) // 4)
                 for r in range(8):
                     for x in range(8):
                         o[r, x] += a_frag[r] * b_frag[x]
@@ -688,7 +693,7 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 f = t + (base + e) * THREADS
                 r, c4 = f // D4, f % D4
                 if i0 + r < m:
-                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4(q, qz + i0 + r, 4 * c4)
+                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4_2d(q, qz + i0 + r, 4 * c4)
                 else:
                     for w in range(4):
                         held_k[e, w] = ZERO
@@ -711,8 +716,8 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 f = t + e * THREADS
                 j, c4 = f // D4, f % D4
                 if j0 + j < n:
-                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4(k, kz + j0 + j, 4 * c4)
-                    held_v[e, 0], held_v[e, 1], held_v[e, 2], held_v[e, 3] = load_float4(v, kz + j0 + j, 4 * c4)
+                    held_k[e, 0], held_k[e, 1], held_k[e, 2], held_k[e, 3] = load_float4_2d(k, kz + j0 + j, 4 * c4)
+                    held_v[e, 0], held_v[e, 1], held_v[e, 2], held_v[e, 3] = load_float4_2d(v, kz + j0 + j, 4 * c4)
                 else:
                     for w in range(4):
                         held_k[e, w] = ZERO
@@ -731,10 +736,10 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 for cu in range(QK_UNROLL):
                     c = c0 + cu
                     for rr in range(TM // 4):
-                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4_1d(
+                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4(
                             smem, q4 + c * RW4 + GROUPS * rr)
                     for xx in range(TN // 4):
-                        k_frag[4 * xx], k_frag[4 * xx + 1], k_frag[4 * xx + 2], k_frag[4 * xx + 3] = load_float4_1d(
+                        k_frag[4 * xx], k_frag[4 * xx + 1], k_frag[4 * xx + 2], k_frag[4 * xx + 3] = load_float4(
                             smem, k4 + c * KW4 + LANES * xx)
                     for r in range(TM):
                         for x in range(TN):
@@ -780,10 +785,10 @@ def make_flash_regs_kernel(head_dim: int, causal: bool, heavy_first: bool = Fals
                 for ju in range(PV_UNROLL):
                     j = jj + ju
                     for rr in range(TM // 4):
-                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4_1d(
+                        a_frag[4 * rr], a_frag[4 * rr + 1], a_frag[4 * rr + 2], a_frag[4 * rr + 3] = load_float4(
                             smem, pv4 + j * RW4 + GROUPS * rr)
                     for yy in range(DIMS // 4):
-                        v_frag[4 * yy], v_frag[4 * yy + 1], v_frag[4 * yy + 2], v_frag[4 * yy + 3] = load_float4_1d(
+                        v_frag[4 * yy], v_frag[4 * yy + 1], v_frag[4 * yy + 2], v_frag[4 * yy + 3] = load_float4(
                             smem, v4 + j * D4 + LANES * yy)
                     for r in range(TM):
                         for y in range(DIMS):
@@ -865,7 +870,7 @@ def attention_flops(heads: int, n: int, d: int, causal: bool = False) -> int:
 # Reference, inputs, tolerance, ladders
 # ------------------------------------------------------------------------------------------------
 def attention_inputs(size, rng):
-    """q, k, v of shape (heads, n, d) with a spike-late last key (lib.exercises.spike_late_qkv)."""
+    """q, k, v of shape (heads, n, d) with a spike-late last key (lib.grading.exercises.spike_late_qkv)."""
     heads, n, d = size
     return spike_late_qkv(rng, (heads, n, d), (heads, n, d))
 
@@ -1023,8 +1028,8 @@ def record_extra(folder) -> list:
     compiled there, each checked first at a ragged size (attention.kernels.csv)."""
     import pandas as pd
 
-    from lib.check import compare
-    from lib.results import environment
+    from lib.grading.check import compare
+    from lib.measure.results import environment
 
     env = environment()
     rows = []
@@ -1100,8 +1105,8 @@ def record_path1_steps(folder, env) -> Path:
     write attention.path1.csv: step, size, median ms, the bytes and FLOPs it must move and do."""
     import pandas as pd
 
-    from lib.check import compare
-    from lib.timing import time_cuda
+    from lib.grading.check import compare
+    from lib.measure.timing import time_cuda
 
     rows = []
     for size in PATH1_STEP_SIZES:
@@ -1139,10 +1144,10 @@ def record_regs_tiles(folder, env) -> Path:
     then timed, with its registers, local bytes, dynamic shared bytes and resident blocks per SM."""
     import pandas as pd
 
-    from lib.check import compare
-    from lib.occupancy import limits_for, occupancy
-    from lib.specs import spec_for
-    from lib.timing import time_cuda
+    from lib.grading.check import compare
+    from lib.hw.occupancy import limits_for, occupancy
+    from lib.hw.specs import spec_for
+    from lib.measure.timing import time_cuda
 
     spec = spec_for(env["device"])
     q, k, v = attention_inputs(REGS_TILES_SIZE, np.random.default_rng(5))
@@ -1177,5 +1182,5 @@ def record_regs_tiles(folder, env) -> Path:
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

@@ -10,8 +10,12 @@ what NVIDIA's compute-sanitizer says about them on a GPU.
 * ``bin_count_with_a_list``: a Python list inside a kernel: runs on the simulator, does not compile for
   a GPU.
 
-On the simulator (``lib.simdebug``, ``lib.gpucompile``) each of these stops with an error naming the line;
+On the simulator (``lib.runtime.simdebug``, ``lib.runtime.gpucompile``) each of these stops with an error naming the line;
 :func:`record_extra` runs them under ``compute-sanitizer`` on a GPU and keeps its reports in data/results/.
+
+Where the rest lives: chapters/debugging.md (the page); data/results/debugging.* (recorded on the H200).
+Record it with ``python -m tools.record debugging`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
 """
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from lib.bench import PAGE_WIDTH
-from lib.quiet_launches import quiet_kernels
+from lib.measure.bench import PAGE_WIDTH
+from lib.runtime.quiet_launches import quiet_kernels
 
 CHAPTER = "debugging"
 THREADS = 256
@@ -239,7 +243,7 @@ def launch(kernel_name: str, x=None, zeroed: bool = True):
 
 def compile_list_kernel() -> str:
     """What numba says when it compiles bin_count_with_a_list for a GPU (on a GPU: the launch's own error;
-    on the simulator: lib.gpucompile's check)."""
+    on the simulator: lib.runtime.gpucompile's check)."""
     values = cuda.to_device(np.arange(64, dtype=np.int64))
     counts = cuda.to_device(np.zeros(64 * BINS, np.int64))
     try:
@@ -360,7 +364,7 @@ def recorded(case: str, tool: str | None = None) -> str:
     name = f"debugging.{case}.{tool}.txt" if tool else f"debugging.{case}.txt"
     path = lib.DATA / "results" / name
     if not path.exists():
-        return f"(not recorded yet: {name} is written by `python -m lib.record debugging` on a GPU)"
+        return f"(not recorded yet: {name} is written by `python -m tools.record debugging` on a GPU)"
     return fit(shorten(path.read_text().rstrip()))
 
 

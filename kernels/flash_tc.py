@@ -4,9 +4,13 @@ m16n8k16, FP16 or BF16 inputs, float32 accumulation) and the online softmax in f
 
 16-bit inputs travel as int16 bit patterns, as in :mod:`kernels.tensorcores` (numpy has no bfloat16 and
 numba no bf16 type; torch reads the same device memory as float16 or bfloat16 through ``Tensor.view``).
-The output is float32. The instructions and their fragment layouts are :mod:`lib.mma`'s; this module adds
+The output is float32. The instructions and their fragment layouts are :mod:`lib.runtime.mma`'s; this module adds
 one of its own, the float32 → 16-bit pair conversion that turns the probabilities into an A fragment
 (``pack_f16x2`` / ``pack_bf16x2``), with its simulator twin, in the same way.
+
+Where the rest lives: chapters/flash_tc.md (the page); tests/test_flash_tc.py (tests); data/results/flash_tc.*
+(recorded on the H200). Record it with ``python -m tools.record flash_tc`` on a GPU; on the simulator the same
+kernels run through the page's checks and the tests.
 """
 from __future__ import annotations
 
@@ -18,12 +22,14 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 import lib
-from lib import mma
-from lib.bench import Baseline, Ladder, Rung
-from lib.check import k_scaled_rtol
-from lib.exercises import Tolerance, spike_late_qkv
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
+from lib.runtime import mma
+from lib.measure.bench import Baseline, Ladder, Rung
+from lib.grading.check import k_scaled_rtol
+from lib.grading.exercises import spike_late_qkv
+from lib.grading.spec import Tolerance
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
+from lib.runtime.vector import SMEM_ALIGN
 from kernels import attention
 from kernels.attention import attention64, attention_flops
 
@@ -32,7 +38,6 @@ WARP = 32
 FULL_MASK = 0xFFFFFFFF
 ROWS_PER_WARP = 16                   # the M of one mma: each warp owns 16 query rows
 CHUNK = 8                            # 16-bit values in a 16-byte chunk (one cp.async, one ldmatrix row)
-SMEM_ALIGN = None if lib.SIMULATOR else 16
 STATIC_SMEM_LIMIT = 48 * 1024
 KINDS = ("fp16", "bf16")
 # head dim -> warps per block (query rows = 16 · warps) and keys per tile (BC)
@@ -143,7 +148,7 @@ def make_flash_tc_kernel(head_dim: int, causal: bool, kind: str, warps: int | No
         Warp w owns BR/WARPS = 16 query rows; their q fragments (A of q @ k.T) come once from shared memory
         by ldmatrix and stay in registers. For each tile of BC keys: S = q @ k.T in 16 × 8 fragments
         (k by ldmatrix: its rows are keys, which is B's column-major order); each thread holds 2 rows of S
-        (lib.mma's C layout: g and g + 8), so a row maximum is the thread's own values and two shuffles
+        (lib.runtime.mma's C layout: g and g + 8), so a row maximum is the thread's own values and two shuffles
         across its quad; the running max m, sum l and output o are rescaled by exp2(m_old − m_new);
         P = exp2(S·C − m·C) is rounded to 16 bits in registers and, since the C layout of two neighbouring
         16 × 8 fragments is the A layout of one 16 × 16 fragment, used straight away as A of o += P @ v
@@ -472,10 +477,10 @@ def record_configs(folder, sweep=SWEEP, kind: str = "fp16") -> Path:
     instructions in its SASS and the blocks per SM that fit (flash_tc.configs.csv)."""
     import pandas as pd
 
-    from lib.check import compare
-    from lib.occupancy import occupancy
-    from lib.results import environment
-    from lib.timing import time_cuda
+    from lib.grading.check import compare
+    from lib.hw.occupancy import occupancy
+    from lib.measure.results import environment
+    from lib.measure.timing import time_cuda
 
     env = environment()
     rng = np.random.default_rng(5)
@@ -544,7 +549,7 @@ def record_extra(folder) -> list:
 def load_configs(folder=None):
     import pandas as pd
 
-    from lib.results import RESULTS
+    from lib.measure.results import RESULTS
 
     return pd.read_csv(Path(folder or RESULTS) / f"{CHAPTER}.configs.csv")
 

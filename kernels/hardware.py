@@ -1,7 +1,13 @@
 """Kernels of the GPU chapter: small kernels whose machine code shows one hardware feature each (a warp
 shuffle, a 128-bit load), a pair that shows what warp divergence costs, and `record_extra`, which records on
 the GPU the compiled facts of the book's kernels (registers, shared and local memory, resident blocks next to
-lib.occupancy's prediction) and the PTX and SASS listings the chapter reads."""
+lib.hw.occupancy's prediction) and the PTX and SASS listings the chapter reads.
+
+Where the rest lives: chapters/hardware.md (the page); lib/grading/variants/hardware.py (its exercises'
+known-wrong variants); tests/test_hardware.py (tests); data/results/hardware.* (recorded on the H200). Record
+it with ``python -m tools.record hardware`` on a GPU; on the simulator the same kernels run through the page's
+checks and the tests.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +19,9 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from lib.quiet_launches import quiet_kernels
-from lib.validate import require
+from lib.runtime.quiet_launches import quiet_kernels
+from lib.runtime.validate import require
+from lib.runtime.vector import data_address, load_float4, store_float4
 
 CHAPTER = "hardware"
 THREADS = 256                 # threads per block: 8 warps
@@ -54,66 +61,7 @@ def warp_sum(x, out):
         warp_sum_kernel[(x.size + THREADS - 1) // THREADS, THREADS](x, out)
 
 
-# --- a 128-bit load -----------------------------------------------------------------------------------
-def load_float4(array, i):
-    """array[4i], array[4i+1], array[4i+2], array[4i+3]: on a GPU one 16-byte load (the intrinsic below
-    replaces this function), on the simulator these four reads."""
-    return array[4 * i], array[4 * i + 1], array[4 * i + 2], array[4 * i + 3]
-
-
-def store_float4(array, i, v0, v1, v2, v3):
-    """array[4i : 4i + 4] = v0, v1, v2, v3: on a GPU one 16-byte store, on the simulator four writes."""
-    array[4 * i], array[4 * i + 1], array[4 * i + 2], array[4 * i + 3] = v0, v1, v2, v3
-
-
-if lib.ON_GPU:
-    # numba only knows that a float32 array is 4-byte aligned, so it never merges four neighbouring loads
-    # into one: here we state the 16-byte alignment ourselves (the launcher checks it) and load a
-    # <4 x float> vector, which NVVM emits as ld.global.v4.f32 and ptxas as LDG.E.128.
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    _FLOAT4 = ir.VectorType(ir.FloatType(), 4)
-
-    def _float4_pointer(context, builder, array_type, array, index):
-        data = context.make_array(array_type)(context, builder, value=array).data
-        element = builder.gep(data, [builder.mul(index, ir.Constant(index.type, 4))])
-        return builder.bitcast(element, _FLOAT4.as_pointer())
-
-    def _is_float32_vector(array):
-        return isinstance(array, types.Array) and array.dtype == types.float32 and array.ndim == 1
-
-    @intrinsic
-    def load_float4(typingctx, array, index):  # noqa: F811 - the GPU version of the function above
-        if not (_is_float32_vector(array) and isinstance(index, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            index = context.cast(builder, args[1], sig.args[1], types.intp)
-            vector = builder.load(_float4_pointer(context, builder, sig.args[0], args[0], index), align=16)
-            result = ir.Constant(ir.ArrayType(ir.FloatType(), 4), None)
-            for k in range(4):
-                lane = builder.extract_element(vector, ir.Constant(ir.IntType(32), k))
-                result = builder.insert_value(result, lane, k)
-            return result
-        return types.UniTuple(types.float32, 4)(array, index), codegen
-
-    @intrinsic
-    def store_float4(typingctx, array, index, v0, v1, v2, v3):  # noqa: F811
-        if not (_is_float32_vector(array) and isinstance(index, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            index = context.cast(builder, args[1], sig.args[1], types.intp)
-            vector = ir.Constant(_FLOAT4, None)
-            for k in range(4):
-                value = context.cast(builder, args[2 + k], sig.args[2 + k], types.float32)
-                vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
-            builder.store(vector, _float4_pointer(context, builder, sig.args[0], args[0], index), align=16)
-        return types.void(array, index, v0, v1, v2, v3), codegen
-
-
+# --- a 128-bit load (lib.runtime.vector: one LDG.E.128 on a GPU, four reads on the simulator) -----------
 @cuda.jit
 def vector_add_float4_kernel(a, b, out):
     """out = a + b with each thread adding four neighbouring elements through 16-byte loads and stores.
@@ -133,12 +81,6 @@ def vector_add_float4_kernel(a, b, out):
     elif i == quads:
         for j in range(4 * quads, out.size):
             out[j] = a[j] + b[j]
-
-
-def data_address(array) -> int:
-    """Where an array's data starts (a device address on a GPU, a host one on the simulator)."""
-    interface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
-    return interface["data"][0]
 
 
 def vector_add_float4(a, b, out):
@@ -287,10 +229,10 @@ def record_extra(folder: Path) -> list[Path]:
     (hardware.<kernel>.ptx / .sass) and the divergence timings (hardware.divergence.csv)."""
     import pandas as pd
 
-    from lib.occupancy import limits_for, occupancy
-    from lib.results import environment
-    from lib.specs import spec_for
-    from lib.timing import time_cuda
+    from lib.hw.occupancy import limits_for, occupancy
+    from lib.measure.results import environment
+    from lib.hw.specs import spec_for
+    from lib.measure.timing import time_cuda
 
     env = environment()
     folder = Path(folder)
@@ -368,5 +310,5 @@ def record_extra(folder: Path) -> list[Path]:
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

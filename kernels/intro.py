@@ -1,11 +1,16 @@
 """Kernels of the introduction: a copy (the bandwidth ceiling every later chapter is measured against) and
-vector addition (the set-up chapter's exercise)."""
+vector addition (the set-up chapter's exercise).
+
+Where the rest lives: chapters/intro.md (the page); lib/grading/variants/intro.py (its exercises' known-wrong
+variants); data/results/intro.* (recorded on the H200). Record it with ``python -m tools.record intro`` on a
+GPU; on the simulator the same kernels run through the page's checks and the tests.
+"""
 import numpy as np
 from numba import cuda
 
-from lib.bench import Baseline, Ladder, Rung, torch_copy
-from lib.quiet_launches import quiet_kernels
-from lib.validate import require
+from lib.measure.bench import Baseline, Ladder, Rung, torch_copy
+from lib.runtime.quiet_launches import quiet_kernels
+from lib.runtime.validate import require
 
 CHAPTER = "intro"
 THREADS = 256  # threads per block: a multiple of the 32-thread warp; 256 keeps 8 blocks resident per SM
@@ -135,12 +140,12 @@ def empty_kernel(x):
 def launch_costs(n: int = N, reps: int = 200) -> list[dict]:
     """For an empty launch, the book's two copy launchers and torch's copy at n floats: the host's time to
     enqueue one call (median, µs, the GPU idle before each), and the median GPU time of one call measured
-    by a plain pair of CUDA events and by lib.timing's held stream. Each copy is checked first."""
+    by a plain pair of CUDA events and by lib.measure.timing's held stream. Each copy is checked first."""
     import time
 
     import torch
 
-    from lib.timing import time_cuda
+    from lib.measure.timing import time_cuda
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n, dtype=np.float32)
@@ -181,7 +186,7 @@ def record_extra(folder):
 
     import pandas as pd
 
-    from lib.results import environment
+    from lib.measure.results import environment
 
     env = environment()
     path = Path(folder) / f"{CHAPTER}.launch.csv"
@@ -190,5 +195,5 @@ def record_extra(folder):
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

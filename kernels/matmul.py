@@ -3,6 +3,11 @@ from one thread per output to warp-tiled, double-buffered, vectorised and autotu
 
 Every kernel handles ragged edges: tiles that hang over the matrix are zero-filled when loaded from global
 memory and only in-bounds outputs are stored, so no M, N or K needs to be a multiple of any tile size.
+
+Where the rest lives: chapters/matmul.md (the page); lib/grading/variants/matmul.py (its exercises'
+known-wrong variants); tests/test_matmul.py (tests); data/results/matmul.* (recorded on the H200). Record it
+with ``python -m tools.record matmul`` on a GPU; on the simulator the same kernels run through the page's
+checks and the tests.
 """
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from lib.bench import Baseline, Ladder, Rung
-from lib.exercises import _matmul_tolerance
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
+from lib.measure.bench import Baseline, Ladder, Rung
+from lib.grading.exercises import matmul_tolerance
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
+from lib.runtime.vector import SMEM_ALIGN, load_float4_2d
 
 CHAPTER = "matmul"
 
@@ -44,46 +50,7 @@ assert BK2 % 4 == 0 and BN2 % 4 == 0 and THREADS2 == BM2 * BK2 // 4 == BK2 * BN2
 # in each of the warp tile's (WM / (LANES_M·TM)) × (WN / (LANES_N·TN)) sub-tiles.
 LANES_M, LANES_N = 4, 8
 
-# Shared tiles read with 16-byte loads must start on a 16-byte boundary. The simulator accepts no alignment
-# argument (and needs none: it reads element by element).
-SMEM_ALIGN = None if lib.SIMULATOR else 16
 WARPTILE_DEFAULT = dict(BM=128, BN=128, BK=16, WM=64, WN=64, TM=8, TN=4)
-
-
-# ------------------------------------------------------------------------------------------------
-# A 16-byte load: four consecutive float32 of a row in one instruction (ld.global.v4.f32 = LDG.128).
-# numba has no vector load of its own, so the GPU version is a small LLVM intrinsic; the simulator runs
-# plain Python and reads the four elements one by one.
-# ------------------------------------------------------------------------------------------------
-if lib.SIMULATOR:
-    def load_float4(array, row, col):
-        """array[row, col:col + 4] as four float32 (simulator: four scalar reads)."""
-        return array[row, col], array[row, col + 1], array[row, col + 2], array[row, col + 3]
-else:
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def load_float4(typingctx, array, row, col):
-        """array[row, col:col + 4] as four float32 in one 16-byte load: the address must be 16-byte aligned
-        (a C-contiguous float32 matrix whose row length is a multiple of 4, col a multiple of 4)."""
-        signature = types.UniTuple(types.float32, 4)(array, row, col)
-
-        def codegen(context, builder, sig, args):
-            array_type = sig.args[0]
-            ary, r, c = args
-            ary = context.make_array(array_type)(context, builder, value=ary)
-            r = context.cast(builder, r, sig.args[1], types.intp)
-            c = context.cast(builder, c, sig.args[2], types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [r, c], wraparound=False)
-            vec = ir.VectorType(ir.FloatType(), 4)
-            loaded = builder.load(builder.bitcast(ptr, vec.as_pointer(addrspace=ptr.type.addrspace)), align=16)
-            parts = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), i)) for i in range(4)]
-            return context.make_tuple(builder, sig.return_type, parts)
-
-        return signature, codegen
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,6 +73,11 @@ if lib.SIMULATOR:
         """array[row, col] = x."""
         array[row, col] = x
 else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
     def _address_i32(context, builder, sig, args):
         """Pointer to array[row, col] of a C-contiguous 2-D array, the offset computed in 32 bits."""
         i32 = ir.IntType(32)
@@ -367,7 +339,7 @@ def matmul_vectorized_kernel(a, b, c):
     for k0 in range(0, k, BK2):
         gr, gk = block_row + a_r, k0 + a_q
         if a_vec_ok and gr < m and gk + 3 < k:
-            x0, x1, x2, x3 = load_float4(a, gr, gk)
+            x0, x1, x2, x3 = load_float4_2d(a, gr, gk)
         else:
             x0 = a[gr, gk] if gr < m and gk < k else float32(0.0)
             x1 = a[gr, gk + 1] if gr < m and gk + 1 < k else float32(0.0)
@@ -379,7 +351,7 @@ def matmul_vectorized_kernel(a, b, c):
         a_tile_t[a_q + 3, a_r] = x3
         gk, gc = k0 + b_r, block_col + b_q
         if b_vec_ok and gk < k and gc + 3 < n:
-            y0, y1, y2, y3 = load_float4(b, gk, gc)
+            y0, y1, y2, y3 = load_float4_2d(b, gk, gc)
         else:
             y0 = b[gk, gc] if gk < k and gc < n else float32(0.0)
             y1 = b[gk, gc + 1] if gk < k and gc + 1 < n else float32(0.0)
@@ -393,10 +365,10 @@ def matmul_vectorized_kernel(a, b, c):
         for p in range(BK2):
             for i in range(0, TM2, 4):   # consecutive words: one 16-byte shared load (LDS.128) per 4
                 a_frag[i], a_frag[i + 1], a_frag[i + 2], a_frag[i + 3] = \
-                    load_float4(a_tile_t, p, thread_row * TM2 + i)
+                    load_float4_2d(a_tile_t, p, thread_row * TM2 + i)
             for j in range(0, TN2, 4):
                 b_frag[j], b_frag[j + 1], b_frag[j + 2], b_frag[j + 3] = \
-                    load_float4(b_tile, p, thread_col * TN2 + j)
+                    load_float4_2d(b_tile, p, thread_col * TN2 + j)
             for i in range(TM2):
                 for j in range(TN2):
                     acc[i, j] += a_frag[i] * b_frag[j]
@@ -492,14 +464,14 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
         for s in range(A_LOADS):                       # tile 0 into registers
             gr, gk = block_row + a_r + s * A_STEP, k0 + a_q
             if a_vec_ok and gr < m and gk + 3 < k:
-                a_next[s, 0], a_next[s, 1], a_next[s, 2], a_next[s, 3] = load_float4(a, gr, gk)
+                a_next[s, 0], a_next[s, 1], a_next[s, 2], a_next[s, 3] = load_float4_2d(a, gr, gk)
             else:
                 for q in range(4):
                     a_next[s, q] = a[gr, gk + q] if gr < m and gk + q < k else float32(0.0)
         for s in range(B_LOADS):
             gk, gc = k0 + b_r + s * B_STEP, block_col + b_q
             if b_vec_ok and gk < k and gc + 3 < n:
-                b_next[s, 0], b_next[s, 1], b_next[s, 2], b_next[s, 3] = load_float4(b, gk, gc)
+                b_next[s, 0], b_next[s, 1], b_next[s, 2], b_next[s, 3] = load_float4_2d(b, gk, gc)
             else:
                 for q in range(4):
                     b_next[s, q] = b[gk, gc + q] if gk < k and gc + q < n else float32(0.0)
@@ -519,14 +491,14 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
                 for s in range(A_LOADS):
                     gr, gk = block_row + a_r + s * A_STEP, k0 + a_q
                     if a_vec_ok and gr < m and gk + 3 < k:
-                        a_next[s, 0], a_next[s, 1], a_next[s, 2], a_next[s, 3] = load_float4(a, gr, gk)
+                        a_next[s, 0], a_next[s, 1], a_next[s, 2], a_next[s, 3] = load_float4_2d(a, gr, gk)
                     else:
                         for q in range(4):
                             a_next[s, q] = a[gr, gk + q] if gr < m and gk + q < k else float32(0.0)
                 for s in range(B_LOADS):
                     gk, gc = k0 + b_r + s * B_STEP, block_col + b_q
                     if b_vec_ok and gk < k and gc + 3 < n:
-                        b_next[s, 0], b_next[s, 1], b_next[s, 2], b_next[s, 3] = load_float4(b, gk, gc)
+                        b_next[s, 0], b_next[s, 1], b_next[s, 2], b_next[s, 3] = load_float4_2d(b, gk, gc)
                     else:
                         for q in range(4):
                             b_next[s, q] = b[gk, gc + q] if gk < k and gc + q < n else float32(0.0)
@@ -535,12 +507,12 @@ def make_warptile_kernel(BM, BN, BK, WM, WN, TM, TN):
                     for i in range(0, TM, 4):      # 16-byte shared loads (LDS.128)
                         x = wi * TM + i
                         a_frag[x], a_frag[x + 1], a_frag[x + 2], a_frag[x + 3] = \
-                            load_float4(a_tile_t, buf + p, warp_row + wi * SUB_M + lane_row + i)
+                            load_float4_2d(a_tile_t, buf + p, warp_row + wi * SUB_M + lane_row + i)
                 for wj in range(WN_ITER):
                     for j in range(0, TN, 4):
                         y = wj * TN + j
                         b_frag[y], b_frag[y + 1], b_frag[y + 2], b_frag[y + 3] = \
-                            load_float4(b_tile, buf + p, warp_col + wj * SUB_N + lane_col + j)
+                            load_float4_2d(b_tile, buf + p, warp_col + wj * SUB_N + lane_col + j)
                 for i in range(ACC_M):
                     for j in range(ACC_N):
                         acc[i, j] += a_frag[i] * b_frag[j]
@@ -630,12 +602,12 @@ def make_lean_kernel(BM, BN, BK, WM, WN, TM, TN, prefetch=False, min_blocks=1, u
             for i in range(0, TM, 4):
                 x = wi * TM + i
                 a_frag[x], a_frag[x + 1], a_frag[x + 2], a_frag[x + 3] = \
-                    load_float4(a_tile_t, p, a_col0 + wi * SUB_M + i)
+                    load_float4_2d(a_tile_t, p, a_col0 + wi * SUB_M + i)
         for wj in range(WN_ITER):
             for j in range(0, TN, 4):
                 y = wj * TN + j
                 b_frag[y], b_frag[y + 1], b_frag[y + 2], b_frag[y + 3] = \
-                    load_float4(b_tile, p, b_col0 + wj * SUB_N + j)
+                    load_float4_2d(b_tile, p, b_col0 + wj * SUB_N + j)
 
     @cuda.jit(device=True, inline="always")
     def outer_product(acc, a_frag, b_frag):
@@ -907,8 +879,8 @@ def autotune(size: int = AUTOTUNE_SIZE, space=AUTOTUNE_SPACE, progress: bool = T
     kept for this process, so the autotuned rung and record_extra share one sweep."""
     from tqdm.auto import tqdm
 
-    from lib.check import compare
-    from lib.timing import time_cuda
+    from lib.grading.check import compare
+    from lib.measure.timing import time_cuda
 
     if lib.SIMULATOR:
         raise RuntimeError("autotune needs a GPU: on the simulator nothing can be timed")
@@ -917,7 +889,7 @@ def autotune(size: int = AUTOTUNE_SIZE, space=AUTOTUNE_SPACE, progress: bool = T
     check_a = rng.uniform(-1, 1, (cm, ck)).astype(np.float32)
     check_b = rng.uniform(-1, 1, (ck, cn)).astype(np.float32)
     expected = check_a.astype(np.float64) @ check_b
-    tol = _matmul_tolerance(check_a, check_b, expected)
+    tol = matmul_tolerance(check_a, check_b, expected)
     d_check = [cuda.to_device(check_a), cuda.to_device(check_b), cuda.device_array((cm, cn), np.float32)]
     a = cuda.to_device(rng.uniform(-1, 1, (size, size)).astype(np.float32))
     b = cuda.to_device(rng.uniform(-1, 1, (size, size)).astype(np.float32))
@@ -1018,7 +990,7 @@ def _reference(a, b):
 
 def _tf32_tolerance(a, b, expected):
     """TF32 rounds each input to 10 mantissa bits (relative error 2^-11), so a product is good to ~2^-10."""
-    tol = _matmul_tolerance(a, b, expected)
+    tol = matmul_tolerance(a, b, expected)
     return type(tol)(rtol=max(float(tol.rtol), 2.0 ** -9), atol=tol.atol, scale=tol.scale)
 
 
@@ -1074,7 +1046,7 @@ SIM_SIZES = [(33, 17, 45)]   # ragged: no dimension a multiple of any tile; test
 BASELINES = [Baseline("torch.matmul", _torch_matmul_fp32, "cuBLAS SGEMM, TF32 off")]
 
 
-def _ladder(topic, description, sizes, rungs, baselines, sim_sizes, tolerance=_matmul_tolerance):
+def _ladder(topic, description, sizes, rungs, baselines, sim_sizes, tolerance=matmul_tolerance):
     return Ladder(chapter=CHAPTER, topic=topic, description=description, make_inputs=_inputs,
                   out_shape=lambda a, b: (a.shape[0], b.shape[1]), reference=_reference, bytes=matmul_bytes,
                   flops=matmul_flops, unit="TFLOP/s", sizes=sizes, sim_sizes=sim_sizes, rungs=rungs,
@@ -1139,7 +1111,7 @@ def _rung_kernels():
 
 
 def _write_csv(path: Path, rows: list[dict], header: str):
-    env = lib.results.environment() if hasattr(lib, "results") else {}
+    env = lib.measure.results.environment() if hasattr(lib, "results") else {}
     with open(path, "w", newline="") as f:
         f.write(f"# {header}; device {env.get('device')}, numba-cuda {env.get('numba_cuda')}, "
                 f"torch {env.get('torch')}, date {env.get('date')}\n")
@@ -1152,8 +1124,8 @@ def record_extra(folder: Path) -> list[Path]:
     """On the GPU: the autotune sweep (matmul.autotune.csv), every rung's registers, local memory, shared
     memory, occupancy and SASS instruction mix (matmul.kernels.csv), and the best rung's SASS
     (matmul.sass.txt). Every rung is checked first (at a ragged size) so nothing unchecked is recorded."""
-    import lib.results  # noqa: F401  (environment() for the headers)
-    from lib.check import compare
+    import lib.measure.results  # noqa: F401  (environment() for the headers)
+    from lib.grading.check import compare
 
     folder = Path(folder)
     sweep = _SWEEP or autotune()
@@ -1163,7 +1135,7 @@ def record_extra(folder: Path) -> list[Path]:
     rng = np.random.default_rng(2)
     a_h, b_h = _inputs((129, 77, 67), rng)
     expected = _reference(a_h, b_h)
-    tol = _matmul_tolerance(a_h, b_h, expected)
+    tol = matmul_tolerance(a_h, b_h, expected)
     a, b = cuda.to_device(a_h), cuda.to_device(b_h)
     c = cuda.device_array(expected.shape, np.float32)
     rows, sass_text = [], {}
@@ -1180,7 +1152,7 @@ def record_extra(folder: Path) -> list[Path]:
     path_kernels = folder / f"{CHAPTER}.kernels.csv"
     _write_csv(path_kernels, rows, "per-rung resources and static SASS instruction counts")
     path_sass = folder / f"{CHAPTER}.sass.txt"
-    env = lib.results.environment()
+    env = lib.measure.results.environment()
     with open(path_sass, "w") as f:
         f.write(f"# SASS of matmul_autotuned ({_config_label(tuned_config())}); device {env['device']}, "
                 f"numba-cuda {env['numba_cuda']}, date {env['date']}\n")
@@ -1189,5 +1161,5 @@ def record_extra(folder: Path) -> list[Path]:
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

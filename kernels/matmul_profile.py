@@ -5,6 +5,12 @@ The workload launches each rung (and cuBLAS) once, with a one-thread marker kern
 launches ncu profiles can be told apart by rung even when a rung launches more than one kernel; a rung's
 counters are those of its longest kernel. ncu replays each kernel once per group of counters, so a slow rung
 costs a few times its run time, not more.
+
+Where the rest lives: chapters/matmul.md (the page); lib/grading/variants/matmul.py (its exercises'
+known-wrong variants); tests/test_matmul.py (tests); data/results/matmul.* (recorded on the H200). Record it
+with ``python -m tools.record matmul`` on a GPU (this module's Nsight Compute profile is part of it;
+``--without kernels.matmul_profile`` skips it); on the simulator the same kernels run through the page's
+checks and the tests.
 """
 import sys
 from pathlib import Path
@@ -12,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from numba import cuda
 
-from lib.quiet_launches import quiet_kernels
+from lib.runtime.quiet_launches import quiet_kernels
 
 CHAPTER = "matmul"
 SIZE = (4096, 4096, 4096)
@@ -54,7 +60,7 @@ def implementations() -> list[tuple[str, object, bool]]:
 
 def workload():
     """Launch every implementation once at SIZE, each after a marker (run under ncu)."""
-    from lib.bench import _torch_views
+    from lib.measure.bench import torch_views
 
     rng = np.random.default_rng(0)
     a_h, b_h = _ladder().make_inputs(SIZE, rng)
@@ -63,14 +69,14 @@ def workload():
     marker = cuda.device_array(1, np.float32)
     for name, run, is_torch in implementations():
         profile_marker_kernel[1, 1](marker)
-        run(*(_torch_views([a, b, c]) if is_torch else [a, b, c]))
+        run(*(torch_views([a, b, c]) if is_torch else [a, b, c]))
     cuda.synchronize()
 
 
 def by_rung(launches: list[dict], names: list[str]) -> list[dict]:
     """Split ncu's launches at the markers into one group per implementation and keep each group's longest
     kernel: {"rung", "kernel" (its name as ncu saw it), "launches", "metrics"}."""
-    from lib.ncu import DURATION
+    from lib.measure.ncu import DURATION
 
     groups, current = [], None
     for launch in launches:
@@ -96,8 +102,8 @@ def record_extra(folder) -> list[Path]:
     import pandas as pd
 
     import lib
-    from lib.ncu import WARP_STATE, profile
-    from lib.results import environment
+    from lib.measure.ncu import WARP_STATE, profile
+    from lib.measure.results import environment
 
     if lib.SIMULATOR:
         raise RuntimeError("record_extra measures the GPU: run it with `make record` on a GPU")

@@ -3,7 +3,13 @@ misaligned copies (global memory in 32-byte sectors), a copy with four floats pe
 ladder (naive, shared tile, padded tile, XOR-swizzled tile) that is the classic bank-conflict lesson.
 
 `record_extra` records what is not a timed ladder: the latency ladder, and (where Nsight Compute is
-installed) the hardware's counts of shared-memory wavefronts and global sectors beside the model's."""
+installed) the hardware's counts of shared-memory wavefronts and global sectors beside the model's.
+
+Where the rest lives: chapters/memory.md (the page); lib/grading/variants/memory.py (its exercises'
+known-wrong variants); tests/test_memory.py (tests); data/results/memory.* (recorded on the H200). Record it
+with ``python -m tools.record memory`` on a GPU; on the simulator the same kernels run through the page's
+checks and the tests.
+"""
 from __future__ import annotations
 
 import csv
@@ -16,12 +22,13 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32, float64
 
-from kernels.hardware import data_address, load_float4, store_float4
+from lib.runtime.vector import data_address, load_float4, store_float4
 from kernels.intro import blocks_for
-from lib.bench import Baseline, Ladder, Rung, copy_ceiling
-from lib.quiet_launches import quiet_kernels
-from lib.validate import require
-from lib.widgets.bank_conflicts import conflict_report
+from lib.measure.ncu import parse_csv
+from lib.measure.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.runtime.quiet_launches import quiet_kernels
+from lib.runtime.validate import require
+from lib.hw.banks import conflict_report
 
 CHAPTER = "memory"
 THREADS = 256         # threads per block of the 1-D kernels: 8 warps
@@ -659,24 +666,9 @@ def ncu_workload():
     cuda.synchronize()
 
 
-def parse_ncu_csv(text: str) -> list[dict]:
-    """One dict per profiled launch, in launch order: its kernel name and {metric: value}, from the output
-    of `ncu --csv` (the program's own lines and ncu's ==PROF== lines are skipped)."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    launches: dict[int, dict] = {}
-    for rec in csv.DictReader(lines):
-        try:
-            value = float(rec["Metric Value"].replace(",", ""))
-            launch = launches.setdefault(int(rec["ID"]), {"name": rec["Kernel Name"], "metrics": {}})
-        except (KeyError, ValueError):
-            continue
-        launch["metrics"][rec["Metric Name"]] = value
-    return [launches[i] for i in sorted(launches)]
-
-
 def record_ncu(folder: Path) -> Path | None:
     """Run ncu_workload under Nsight Compute and write memory.ncu.csv (model beside counters), or None."""
-    from lib.results import environment
+    from lib.measure.results import environment
 
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -686,7 +678,7 @@ def record_ncu(folder: Path) -> Path | None:
            "kernels.memory", "--ncu-workload"]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
                           timeout=600)
-    measured = parse_ncu_csv(proc.stdout)
+    measured = parse_csv(proc.stdout)
     expected = ncu_launches()
     if proc.returncode != 0 or len(measured) != len(expected):
         print(f"memory: ncu run failed (exit {proc.returncode}, {len(measured)} of {len(expected)} launches "
@@ -717,7 +709,7 @@ def record_ncu(folder: Path) -> Path | None:
 
 def record_extra(folder: Path) -> list[Path]:
     """`make record`: the latency ladder (memory.latency.csv) and, with ncu, the counters (memory.ncu.csv)."""
-    from lib.results import environment
+    from lib.measure.results import environment
 
     env = environment()
     rng = np.random.default_rng(0)
@@ -742,5 +734,49 @@ if __name__ == "__main__" and sys.argv[1:] == ["--ncu-workload"]:
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())
+
+
+# --- the chapter's access patterns, traced (lib.grading.tracer) ------------------------------------------
+def traced_examples():
+    """This chapter's examples, traced by lib.grading.tracer: (copies, transposes) as two small tables. copies: the global
+    requests of copy_strided_kernel at three strides/offsets; transposes: the shared-memory requests of the
+    three tiled transposes on one 32 x 32 tile, with their global requests' sectors beside them."""
+    import pandas as pd
+
+    from lib.grading.tracer import trace
+
+    rng = np.random.default_rng(0)
+    n = THREADS  # one block
+    src = cuda.to_device(rng.standard_normal(n * 8 + 1, dtype=np.float32))
+    dst = cuda.device_array(n, dtype=np.float32)
+    copies = []
+    for stride, offset in ((1, 0), (1, 1), (8, 0)):
+        summary = trace(copy_strided_kernel, 1, THREADS, src, dst, stride, offset).summary()
+        for row in summary.to_dict("records"):
+            copies.append({"stride": stride, "offset": offset, "array": row["array"], "op": row["op"],
+                           "requests": row["requests"], "sectors": row["sectors"], "ideal": row["ideal sectors"],
+                           "used / moved": row["used / moved"]})
+    a = cuda.to_device(rng.standard_normal((TILE, TILE), dtype=np.float32))
+    at = cuda.device_array((TILE, TILE), dtype=np.float32)
+    transposes = []
+    for kernel in (transpose_tiled_kernel, transpose_padded_kernel, transpose_swizzled_kernel):
+        summary = trace(kernel, (1, 1), (TILE, BLOCK_ROWS), a, at).summary()
+        glob = summary[summary["space"] == "global"]
+        for row in summary[summary["space"] == "shared"].to_dict("records"):
+            side = 0 if row["op"] == "store" else 1  # tile[...] = a[...] stores; out[...] = tile[...] loads
+            transposes.append({"kernel": kernel.__name__, "shared access": row["source"].split(" = ")[side],
+                               "op": row["op"], "requests": row["requests"], "wavefronts": row["wavefronts"],
+                               "worst n-way": row["worst n-way"], "global sectors": glob["sectors"].mean()})
+    return pd.DataFrame(copies), pd.DataFrame(transposes)
+
+
+def traced_examples_text() -> str:
+    """traced_examples() as two text tables (what the page prints when it traced in another process)."""
+    import pandas as pd
+
+    copies, transposes = traced_examples()
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        return (f"copy_strided_kernel, one block of {THREADS} threads\n{copies.round(2).to_string(index=False)}\n\n"
+                f"tiled transposes, one 32 x 32 tile\n{transposes.round(2).to_string(index=False)}")

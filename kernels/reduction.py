@@ -10,18 +10,24 @@ every rung is timed end to end, all of its launches included:
   either with a second one-block launch or with one ``atomic.add`` per block into a zeroed ``out``;
 * rung 6a keeps four independent 4-byte loads in flight per thread and finishes with atomics; rung 6b does
   the same with two 16-byte (float4) loads per pass, so each thread has 32 bytes in flight.
+
+Where the rest lives: chapters/reduction.md (the page); lib/grading/variants/reduction.py (its exercises'
+known-wrong variants); tests/test_reduction.py (tests); data/results/reduction.* (recorded on the H200).
+Record it with ``python -m tools.record reduction`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
 """
 import math
 
 import numpy as np
 from numba import cuda, float32
 
-from kernels.hardware import data_address, load_float4
+from lib.runtime.vector import data_address, load_float4
 from kernels.intro import blocks_for, resident_blocks
-from lib.bench import Baseline, Ladder, Rung, copy_ceiling
-from lib.exercises import EXERCISES, Tolerance
-from lib.quiet_launches import quiet_kernels
-from lib.validate import require
+from lib.measure.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.grading.exercises import EXERCISES
+from lib.grading.spec import Tolerance
+from lib.runtime.quiet_launches import quiet_kernels
+from lib.runtime.validate import require
 
 CHAPTER = "reduction"
 BLOCK = 256             # threads per block: a power of two (the trees halve it) and a multiple of the warp
@@ -593,8 +599,8 @@ def record_extra(folder):
     from pathlib import Path
 
     import lib
-    from lib.check import compare
-    from lib.results import environment
+    from lib.grading.check import compare
+    from lib.measure.results import environment
 
     if lib.SIMULATOR:
         raise RuntimeError("record_extra measures the GPU: run it with `make record` on a GPU")
@@ -634,5 +640,5 @@ def record_extra(folder):
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

@@ -1,6 +1,6 @@
 """How far each sum rung of the reduction chapter lands from the exact sum at 2^28 (recorded on the GPU).
 
-The ladder's check at 2^28 accepts a sum within the random-walk bound of lib.check, which is loose at that size
+The ladder's check at 2^28 accepts a sum within the random-walk bound of lib.grading.check, which is loose at that size
 (about 1e-2 of the largest partial sum): it would not notice one lost block. So each rung, and torch.sum,
 also sums two inputs of 2^28 elements whose exact sum is known:
 
@@ -11,6 +11,11 @@ also sums two inputs of 2^28 elements whose exact sum is known:
   there is lost or doubled work (a dropped block of 256 elements changes the sum unless its own sum is 0).
 
 Written to data/results/reduction.accuracy.csv by ``make record reduction``.
+
+Where the rest lives: chapters/reduction.md (the page); lib/grading/variants/reduction.py (its exercises'
+known-wrong variants); tests/test_reduction.py (tests); data/results/reduction.* (recorded on the H200).
+Record it with ``python -m tools.record reduction`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
 """
 from pathlib import Path
 
@@ -29,7 +34,7 @@ def _inputs(n: int, rng):
 def accuracy_rows(n: int, rng) -> list[dict]:
     """One row per sum rung and baseline: its float32 result and error on each input."""
     import lib
-    from lib.bench import _torch_views
+    from lib.measure.bench import torch_views
     from numba import cuda
 
     from kernels.reduction import LADDERS
@@ -45,7 +50,7 @@ def accuracy_rows(n: int, rng) -> list[dict]:
         d_x, d_out = cuda.to_device(x), cuda.device_array(1, dtype=np.float32)
         for name, run, is_torch in impls:
             d_out.copy_to_device(np.full(1, np.nan, np.float32))
-            run(*(_torch_views([d_x, d_out]) if is_torch else [d_x, d_out]))
+            run(*(torch_views([d_x, d_out]) if is_torch else [d_x, d_out]))
             cuda.synchronize()
             got[name][label] = float(d_out.copy_to_host()[0])
         del d_x, d_out
@@ -63,7 +68,7 @@ def record_extra(folder) -> list[Path]:
     (reduction.accuracy.csv)."""
     import lib
     import pandas as pd
-    from lib.results import environment
+    from lib.measure.results import environment
 
     from kernels.reduction import N
 

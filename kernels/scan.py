@@ -4,6 +4,10 @@ three-phase scan of any length built from them, and the single-pass scan with de
 
 A scan here is the inclusive prefix sum ``out[i] = x[0] + ... + x[i]`` of float32 (the exclusive one is
 the same shifted by one). Host launchers check their arguments and take numba device arrays.
+
+Where the rest lives: chapters/scan.md (the page); lib/grading/variants/scan.py (its exercises' known-wrong
+variants); tests/test_scan.py (tests); data/results/scan.* (recorded on the H200). Record it with ``python -m
+tools.record scan`` on a GPU; on the simulator the same kernels run through the page's checks and the tests.
 """
 from __future__ import annotations
 
@@ -14,12 +18,12 @@ import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
 import lib
-from kernels.hardware import data_address, load_float4, store_float4
+from lib.runtime.vector import data_address, load_float4, store_float4
 
-from lib.bench import Baseline, Ladder, Rung, copy_ceiling
-from lib.exercises import EXERCISES
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
+from lib.measure.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.grading.exercises import EXERCISES
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
 
 CHAPTER = "scan"
 WARP = 32
@@ -652,7 +656,7 @@ def record_extra(folder):
     versions and date."""
     from pathlib import Path
 
-    from lib.results import environment
+    from lib.measure.results import environment
 
     cc = cuda.get_current_device().compute_capability
     env = environment()
@@ -843,5 +847,5 @@ def draw_hillis_steele_vs_blelloch(n=16):
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

@@ -6,6 +6,11 @@ Masking convention (every kernel but the naive one): an entry of -inf is masked 
 and takes no share of the sum), and a row whose entries are *all* -inf gives a row of zeros. torch.softmax
 gives NaN there instead (0/0); zeros are what an attention layer wants from a query that may attend to
 nothing, and they are what FlashAttention-style kernels produce. +inf or NaN inputs give NaN.
+
+Where the rest lives: chapters/softmax.md (the page); lib/grading/variants/softmax.py (its exercises'
+known-wrong variants); tests/test_softmax.py (tests); data/results/softmax.* (recorded on the H200). Record it
+with ``python -m tools.record softmax`` on a GPU; on the simulator the same kernels run through the page's
+checks and the tests.
 """
 import math
 import sys
@@ -15,15 +20,15 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from kernels.hardware import data_address, load_float4, store_float4
-from kernels.matmul import SMEM_ALIGN
-from lib import mma
-from lib.bench import Baseline, Ladder, Rung, copy_ceiling
-from lib.check import k_scaled_rtol
-from lib.dynamic_shared import allow_dynamic_shared
-from lib.exercises import Tolerance
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
+from lib.runtime.vector import SMEM_ALIGN, data_address, load_float4, store_float4
+from lib.runtime import mma
+from lib.measure.ncu import parse_csv
+from lib.measure.bench import Baseline, Ladder, Rung, copy_ceiling
+from lib.grading.check import k_scaled_rtol
+from lib.runtime.dynamic_shared import allow_dynamic_shared
+from lib.grading.spec import Tolerance
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
 
 CHAPTER = "softmax"
 WARP = 32
@@ -990,7 +995,6 @@ def record_ncu(folder, env: dict, sizes=SIZES) -> Path | None:
     import shutil
     import subprocess
 
-    from kernels.memory import parse_ncu_csv
 
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -1001,7 +1005,7 @@ def record_ncu(folder, env: dict, sizes=SIZES) -> Path | None:
            "kernels.softmax", "--ncu-workload", *labels]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
                           timeout=300)
-    measured = parse_ncu_csv(proc.stdout)
+    measured = parse_csv(proc.stdout)
     expected = [(label, size, name) for label, size in zip(labels, sizes) for name, _ in NCU_KERNELS]
     if proc.returncode != 0 or len(measured) != len(expected):
         print(f"softmax: ncu run failed (exit {proc.returncode}, {len(measured)} of {len(expected)} launches "
@@ -1035,7 +1039,7 @@ def record_async_groups(folder, env: dict) -> Path:
     commit groups (the rung's configuration is one of them), each checked against float64, then timed."""
     import pandas as pd
 
-    from lib.timing import time_cuda
+    from lib.measure.timing import time_cuda
 
     rows, cols = ASYNC_GROUPS_SIZE
     (x,) = softmax_inputs(ASYNC_GROUPS_SIZE, np.random.default_rng(2))
@@ -1070,7 +1074,7 @@ def record_async_groups(folder, env: dict) -> Path:
 def record_extra(folder) -> list:
     """On the GPU: the accuracy of expf and __expf, each kernel's resources, rung 7's commit groups, and
     (with ncu) the counters of the three-pass and online kernels (see the four above)."""
-    from lib.results import environment
+    from lib.measure.results import environment
 
     env = environment()
     paths = [record_exp_accuracy(folder, env), record_kernel_resources(folder, env),
@@ -1084,5 +1088,5 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--ncu-workload"]:
 
 
 # The book's own small launches (demos, last passes, one-thread set-ups) are deliberate: no low-occupancy
-# warning for them (lib/quiet_launches.py); a reader's kernels still get it.
+# warning for them (lib/runtime/quiet_launches.py); a reader's kernels still get it.
 quiet_kernels(globals())

@@ -1,10 +1,16 @@
 """Kernels of the tensor-core chapter: the register-only ``mma.sync`` ceiling (what the tensor cores reach
 when nothing waits on memory) and the matmul ladder on the tensor cores, in TF32 and FP16/BF16 with float32
 accumulation, beside cuBLAS through torch. The instructions and their fragment layouts are in
-:mod:`lib.mma`.
+:mod:`lib.runtime.mma`.
 
 16-bit inputs travel as int16 bit patterns (numpy has no bfloat16, and torch reads int16 device memory
-as is): ``lib.mma.b16_values`` decodes them, ``lib.mma.bf16_bits`` makes them."""
+as is): ``lib.runtime.mma.b16_values`` decodes them, ``lib.runtime.mma.bf16_bits`` makes them.
+
+Where the rest lives: chapters/tensorcores.md (the page); lib/grading/variants/tensorcores.py (its exercises'
+known-wrong variants); tests/test_tensorcores.py (tests); data/results/tensorcores.* (recorded on the H200).
+Record it with ``python -m tools.record tensorcores`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
+"""
 from __future__ import annotations
 
 import csv
@@ -14,13 +20,13 @@ import numpy as np
 from numba import cuda, float32
 
 import lib
-from kernels.hardware import load_float4
-from lib import mma
-from lib.bench import Baseline, Ladder, Rung
-from lib.check import k_scaled_rtol
-from lib.exercises import Tolerance
-from lib.quiet_launches import quiet, quiet_kernels
-from lib.validate import require
+from lib.runtime.vector import load_float4
+from lib.runtime import mma
+from lib.measure.bench import Baseline, Ladder, Rung
+from lib.grading.check import k_scaled_rtol
+from lib.grading.spec import Tolerance
+from lib.runtime.quiet_launches import quiet, quiet_kernels
+from lib.runtime.validate import require
 
 CHAPTER = "tensorcores"
 WARP = 32
@@ -109,7 +115,7 @@ _CEILING_KERNELS = {(kind, chains): make_ceiling_kernel(kind, chains) for kind i
 @cuda.jit
 def matmul_mma_global_tf32_kernel(a, b, c):
     """C = A @ B in TF32 on the tensor cores: warp w computes one 16×8 tile of C with K/8 mma.sync, each
-    lane loading its own fragment elements (lib.mma's layout) from global memory.
+    lane loading its own fragment elements (lib.runtime.mma's layout) from global memory.
 
     Memory: every warp reads a 16 × K strip of A and a K × 8 strip of B, so A is read N/8 times and B
     M/16 times (8·M·N·K·(1/8 + 1/16) bytes asked of the caches); the loads of a fragment are scattered
@@ -611,7 +617,7 @@ def fragment_addresses(kind: str, operand: str, BN: int, swizzle: bool,
     make_mma_tiled_kernel, one per lane, and the access width in bytes: for 16-bit inputs the 32 row
     addresses of one ldmatrix.x4 (A) or ldmatrix.x4.trans (B), 16 bytes each; for TF32 one 4-byte load
     (a0 or b0), or with `b_interleaved` B's 16-byte load of b0 for n tiles 0-3 (B_INTERLEAVED). The same
-    index arithmetic as the kernel, for the bank model of lib.widgets.bank_conflicts."""
+    index arithmetic as the kernel, for the bank model of lib.hw.banks."""
     if operand not in ("A", "B"):
         raise ValueError(f"operand must be 'A' or 'B', got {operand!r}")
     tf32 = kind == "tf32"
@@ -723,7 +729,7 @@ def _reference(kind):
 
 
 def matmul_tolerance(kind):
-    """The check's bound, relative to |A| @ |B|: float32 accumulation over K terms (lib.check's K-scaled
+    """The check's bound, relative to |A| @ |B|: float32 accumulation over K terms (lib.grading.check's K-scaled
     bound); TF32 adds its input rounding (each input within 2^-11, a product within ~2^-10). 16-bit inputs
     are the exact values the reference uses, so only the accumulation is left."""
     def tolerance(a, b, expected):
@@ -785,8 +791,8 @@ def autotune(kind: str, size: int = TUNE_SIZE, space=None) -> list[dict]:
     one has winner=True; the rows are kept for this process (the autotuned rung and record_extra share them)."""
     import math
 
-    from lib.check import compare
-    from lib.timing import time_cuda
+    from lib.grading.check import compare
+    from lib.measure.timing import time_cuda
 
     if lib.SIMULATOR:
         raise RuntimeError("autotune needs a GPU: on the simulator nothing can be timed")
@@ -968,8 +974,8 @@ def _one(per_signature):
 def record_ceiling(folder: Path, chains_list=CEILING_CHAINS) -> Path:
     """Time the register-only mma.sync loop for every kind and number of chains on this GPU and write
     tensorcores.mma_ceiling.csv. Each configuration is checked (exact sums) before it is timed."""
-    from lib.results import environment
-    from lib.timing import time_cuda
+    from lib.measure.results import environment
+    from lib.measure.timing import time_cuda
 
     sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
     blocks = CEILING_BLOCKS_PER_SM * sms
@@ -1027,7 +1033,7 @@ def sass_counts(sass: str) -> dict:
 
 
 def _write_csv(path: Path, rows: list[dict], header: str):
-    from lib.results import environment
+    from lib.measure.results import environment
 
     env = environment()
     fields = list(dict.fromkeys(key for row in rows for key in row))
@@ -1056,7 +1062,7 @@ def record_extra(folder: Path) -> list[Path]:
     (tensorcores.autotune.csv), and every rung's registers, spills, shared memory and SASS counts
     (tensorcores.kernels.csv). Each rung is checked again at 256 × 256 × 128 before its resources are
     recorded, so nothing unchecked is."""
-    from lib.check import compare
+    from lib.grading.check import compare
 
     folder = Path(folder)
     paths = [record_ceiling(folder)]
@@ -1088,7 +1094,7 @@ def load_extra(name: str, folder: Path | None = None):
     """A recorded extra table (name: 'autotune' or 'kernels') as a DataFrame."""
     import pandas as pd
 
-    from lib.results import RESULTS
+    from lib.measure.results import RESULTS
 
     return pd.read_csv(Path(folder or RESULTS) / f"{CHAPTER}.{name}.csv", comment="#")
 
@@ -1097,7 +1103,7 @@ def load_ceiling(folder: Path | None = None):
     """The recorded ceiling as a DataFrame (comment line skipped)."""
     import pandas as pd
 
-    from lib.results import RESULTS
+    from lib.measure.results import RESULTS
 
     return pd.read_csv(Path(folder or RESULTS) / f"{CHAPTER}.mma_ceiling.csv", comment="#")
 

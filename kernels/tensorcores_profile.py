@@ -3,7 +3,14 @@ how busy the tensor pipe was, how often the schedulers issued, what the warps wa
 shared-memory wavefronts and bank conflicts of ldmatrix and ordinary shared loads (recorded on the GPU
 into data/results/tensorcores.ncu.csv). Each implementation is launched once after a marker kernel, as in
 kernels/matmul_profile.py; the autotuned rung runs the configuration its sweep recorded a moment before
-(tensorcores.autotune.csv), so no sweep runs under ncu."""
+(tensorcores.autotune.csv), so no sweep runs under ncu.
+
+Where the rest lives: chapters/tensorcores.md (the page); lib/grading/variants/tensorcores.py (its exercises'
+known-wrong variants); tests/test_tensorcores.py (tests); data/results/tensorcores.* (recorded on the H200).
+Record it with ``python -m tools.record tensorcores`` on a GPU (this module's Nsight Compute profile is part
+of it; ``--without kernels.tensorcores_profile`` skips it); on the simulator the same kernels run through the
+page's checks and the tests.
+"""
 import sys
 from pathlib import Path
 
@@ -47,7 +54,7 @@ def implementations() -> list[tuple[str, str, object, bool]]:
 def workload():
     """Launch every implementation once at SIZE, each after a marker (run under ncu)."""
     from kernels import tensorcores as tc
-    from lib.bench import _torch_views
+    from lib.measure.bench import torch_views
 
     rng = np.random.default_rng(0)
     marker = cuda.device_array(1, np.float32)
@@ -58,7 +65,7 @@ def workload():
             inputs[kind].append(cuda.device_array(SIZE[:2], np.float32))
         args = inputs[kind]
         profile_marker_kernel[1, 1](marker)
-        run(*(_torch_views(args) if is_torch else args))
+        run(*(torch_views(args) if is_torch else args))
     cuda.synchronize()
 
 
@@ -68,8 +75,8 @@ def record_extra(folder) -> list[Path]:
     import pandas as pd
 
     import lib
-    from lib.ncu import WARP_STATE, profile
-    from lib.results import environment
+    from lib.measure.ncu import WARP_STATE, profile
+    from lib.measure.results import environment
 
     if lib.SIMULATOR:
         raise RuntimeError("record_extra measures the GPU: run it with `make record` on a GPU")

@@ -6,6 +6,11 @@ kernel is never launched.
 
 Run: ``.venv/bin/python -m kernels.tensorcores_wgmma`` (needs the offline toolchain of .tools/, see
 .tools/sass.py); it writes data/results/tensorcores.wgmma.txt.
+
+Where the rest lives: chapters/tensorcores.md (the page); lib/grading/variants/tensorcores.py (its exercises'
+known-wrong variants); tests/test_tensorcores.py (tests); data/results/tensorcores.* (recorded on the H200).
+Record it with ``python -m tools.record tensorcores`` on a GPU; on the simulator the same kernels run through
+the page's checks and the tests.
 """
 from __future__ import annotations
 

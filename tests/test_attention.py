@@ -8,7 +8,7 @@ from numba import cuda
 
 import kernels.attention as A
 from kernels.softmax import softmax_on_chip
-from lib.check import compare
+from lib.grading.check import compare
 
 
 def run(launch, q, k, v):

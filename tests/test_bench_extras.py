@@ -1,5 +1,5 @@
 """The recorders added beside the ladders: the reduction's exact-sum check (kernels/reduction_accuracy.py, on the
-simulator at a small size) and the ncu profile of the matmul ladder (lib/ncu.py, kernels/matmul_profile.py:
+simulator at a small size) and the ncu profile of the matmul ladder (lib/measure/ncu.py, kernels/matmul_profile.py:
 parsing and grouping of ncu's output, the page's table and plot, without a GPU)."""
 import subprocess
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from kernels import matmul_profile, reduction_accuracy
-from lib import ncu
+from lib.measure import ncu
 
 
 def test_every_sum_rung_is_exact_on_plus_minus_one_and_close_on_normals():

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 from conftest import run_logged
-from lib.notebooks import toc_docs
+from tools.notebooks import toc_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())

@@ -31,11 +31,11 @@ import os
 import pytest
 import yaml
 
-from lib.notebooks import toc_docs
+from tools.notebooks import toc_docs
 
-from lib import occupancy as occupancy_model
-from lib import roofline as roofline_model
-from lib.specs import GPUS
+from lib.hw import occupancy as occupancy_model
+from lib.hw import roofline as roofline_model
+from lib.hw.specs import GPUS
 from lib.widgets import bank_conflicts, online_softmax
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -87,19 +87,19 @@ def test_ptx_too_new_for_a_cuda_12_driver_names_the_cu12_packages(tmp_path):
     fix_line = next(line for line in printed.splitlines() if line.startswith("lib: fix: "))
     assert fix_line.rstrip().endswith(f"{CU12}   (then restart Python)")
     # CUDA 13's NVVM wheel (installed for the simulator's compile check) would be found before CUDA 12's
-    assert ("pip uninstall -y nvidia-nvvm" in fix_line) == lib._cu13_nvvm_wheel()
+    assert ("pip uninstall -y nvidia-nvvm" in fix_line) == lib.mode._cu13_nvvm_wheel()
 
 
 def test_the_probe_sees_whether_numba_can_use_a_gpu_and_remembers_only_success(tmp_path, monkeypatch):
-    monkeypatch.setattr(lib, "CACHE", tmp_path)
+    monkeypatch.setattr(lib.mode, "CACHE", tmp_path)
     monkeypatch.delenv("CUDA_BOOK_DOCTOR_INJECT", raising=False)
-    devices, version = lib._driver()
+    devices, version = lib.mode._driver()
     if devices:  # a working GPU (also when the simulator is forced): the probe passes and is remembered
-        ok, output = lib._probe(version)
+        ok, output = lib.mode._probe(version)
         assert ok and output == "" and (tmp_path / "doctor.json").exists()
         return
-    ok, output = lib._probe(12040)  # no GPU here: numba in GPU mode cannot run the probe's kernel
+    ok, output = lib.mode._probe(12040)  # no GPU here: numba in GPU mode cannot run the probe's kernel
     assert not ok and "CUDA_BOOK_PROBE_OK" not in output and output.strip()
-    problem, fix = lib.diagnose(output, 12040)
+    problem, fix = lib.mode.diagnose(output, 12040)
     assert problem and fix == CU12
     assert not (tmp_path / "doctor.json").exists()

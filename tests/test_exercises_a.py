@@ -1,5 +1,5 @@
-"""The performance properties of exercises (lib.exercises.Perf, lib.grader.perf), graded on the simulator with
-lib.tracer: the book's solutions pass them; a correct but uncoalesced, bank-conflicted or twice-reading answer
+"""The performance properties of exercises (lib.grading.exercises.Perf, lib.grading.grader.perf), graded on the simulator with
+lib.grading.tracer: the book's solutions pass them; a correct but uncoalesced, bank-conflicted or twice-reading answer
 fails with the property named apart from correctness ("correct ✓", then the ✗ with its source line); the
 property's verdict survives the trip between processes and is refused when malformed; on a GPU it is not
 checked and says so. (Each exercise's known-wrong variants are tested in tests/test_variants.py.)"""
@@ -12,10 +12,11 @@ import pytest
 from numba import cuda, float32
 
 import lib
-from lib.exercises import EXERCISES, Perf
-from lib.grader import FAILED, PASSED, check_perf, grade, verdict
-from lib.grader.cases import Execution
-from lib.grader.perf import PerfCheck, judge_perf
+from lib.grading.exercises import EXERCISES
+from lib.grading.spec import Perf
+from lib.grading.grader import FAILED, PASSED, check_perf, grade, verdict
+from lib.grading.grader.cases import Execution
+from lib.grading.grader.perf import PerfCheck, judge_perf
 from test_variants import SOLUTIONS
 
 pytestmark = pytest.mark.skipif(lib.ON_GPU, reason="the tracer runs on the simulator")
@@ -177,7 +178,7 @@ def test_on_a_gpu_the_property_is_not_checked_and_the_report_says_so():
 
 
 def test_a_property_that_does_not_gate_is_reported_but_passes():
-    from lib.grader.cases import CaseResult
+    from lib.grading.grader.cases import CaseResult
 
     slow = [PerfCheck("coalesced", False, "line 3, store to out: 32.0 sectors per request, ideal 4.0")]
     ok = [CaseResult((5,), True, 0.1)]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lib import mma
-from lib.check import compare
-from lib.exercises import EXERCISES, RETIRED, causal_visible
-from lib.variants import SIMULATOR_ONLY_MODELS, VARIANTS
-from lib.variants import tensorcores as tc
+from lib.runtime import mma
+from lib.grading.check import compare
+from lib.grading.exercises import EXERCISES, RETIRED, causal_visible
+from lib.grading.variants import SIMULATOR_ONLY_MODELS, VARIANTS
+from lib.grading.variants import tensorcores as tc
 
 NEW = ["warp_argmax", "sum_of_squares", "max_row_sum", "segmented_scan", "scan_reverse", "log_softmax_rows",
        "causal_attention", "mma_tile"]
@@ -123,7 +123,7 @@ def test_causal_visibility_aligns_the_queries_to_the_last_positions():
 
 # --- tensor cores ------------------------------------------------------------------------------------------------
 def test_mma_tile_model_of_the_right_layout_is_the_product():
-    """The variants' lane-by-lane model, run with the PTX layouts, gives a @ b.T: the model reads lib.mma's
+    """The variants' lane-by-lane model, run with the PTX layouts, gives a @ b.T: the model reads lib.runtime.mma's
     table the way the hardware does."""
     ex, (a, b), expected = _inputs("mma_tile", (37,))
     model = tc._fragment_model(a, b, tc.RIGHT)

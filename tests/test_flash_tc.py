@@ -7,8 +7,8 @@ import pytest
 from numba import cuda
 
 import kernels.flash_tc as F
-from lib import mma
-from lib.check import compare
+from lib.runtime import mma
+from lib.grading.check import compare
 
 
 def inputs(kind, heads, n, d, seed=0, m=None):

@@ -1,4 +1,4 @@
-"""The fragment-layout widget: its JavaScript layouts against lib.mma.LAYOUTS (node), and its hovering in
+"""The fragment-layout widget: its JavaScript layouts against lib.runtime.mma.LAYOUTS (node), and its hovering in
 Chromium on a one-widget page with a stand-in for the anywidget model (no book build needed)."""
 import json
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import mma
+from lib.runtime import mma
 from lib.widgets import fragments
 from tests.test_browser import CHROMIUM, FLAGS
 

@@ -1,4 +1,4 @@
-"""lib.gpucompile: on the simulator a kernel numba cannot compile for a GPU stops with numba's own message."""
+"""lib.runtime.gpucompile: on the simulator a kernel numba cannot compile for a GPU stops with numba's own message."""
 import inspect
 import json
 import os
@@ -13,7 +13,8 @@ import pytest
 
 import lib
 from kernels import hardware, intro
-from lib import cuda, gpucompile, launches
+from lib import cuda
+from lib.runtime import gpucompile, launches
 
 pytestmark = pytest.mark.skipif(lib.ON_GPU, reason="on a GPU numba itself compiles every launched kernel")
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +134,8 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import lib
     from kernels import intro
-    from lib import cuda, gpucompile
+    from lib import cuda
+    from lib.runtime import gpucompile
 
     @cuda.jit
     def add_one(x):

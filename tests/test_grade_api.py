@@ -10,10 +10,9 @@ from numba import cuda, float32
 
 import lib
 from lib import grade
-from lib.exercises import Variant
-from lib.grader import (ERROR, FAILED, NOT_ATTEMPTED, PASSED, CaseResult, Execution, GradeTimeout, execute_case,
-                        judge, plan, prepare_case, verdict)
-from lib.grader import cases as grader_cases
+from lib.grading.spec import Variant
+from lib.grading.grader import ERROR, FAILED, NOT_ATTEMPTED, PASSED, CaseResult, Execution, GradeTimeout, execute_case, judge, plan, prepare_case, verdict
+from lib.grading.grader import cases as grader_cases
 
 
 @cuda.jit
@@ -121,7 +120,7 @@ def test_fewer_cases_than_planned_or_none_is_never_a_pass():
 def test_a_failure_inside_the_grader_is_an_error_not_a_pass(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("judge broke")
-    monkeypatch.setattr("lib.grader.judge", broken)
+    monkeypatch.setattr("lib.grading.grader.judge", broken)
     report = grade("vector_add", vector_add)
     assert report.status == ERROR and "judge broke" in report.message, str(report)
 
@@ -158,7 +157,7 @@ def _launch(kernel):
 
 @pytest.fixture
 def no_variants(monkeypatch):
-    """The grader's own diagnoses, without the known variants (lib.variants) that name these mistakes first."""
+    """The grader's own diagnoses, without the known variants (lib.grading.variants) that name these mistakes first."""
     monkeypatch.setattr(grader_cases, "variants", lambda exercise_id: [])
 
 
@@ -189,7 +188,7 @@ def test_an_outer_product_with_x_and_y_swapped_is_not_told_to_round_up(no_varian
     assert "round" not in report.hint.lower() and "swaps x and y" in report.hint, str(report)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lib.variants") is None, reason="needs the known variants (lib.variants)")
+@pytest.mark.skipif(importlib.util.find_spec("lib.grading.variants") is None, reason="needs the known variants (lib.grading.variants)")
 def test_with_the_known_variants_the_swapped_outer_product_is_named_and_not_told_to_round_up():
     report = grade("outer_product", _outer_swapped)
     assert report.status == FAILED and any(c.mistake for c in report.cases), str(report)

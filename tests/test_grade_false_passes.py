@@ -11,9 +11,9 @@ import pytest
 from numba import cuda, float32
 
 import lib
-import lib.exercises
+import lib.grading.exercises
 from lib import grade as _grade
-from lib.grader import ERROR, FAILED, PASSED
+from lib.grading.grader import ERROR, FAILED, PASSED
 
 
 def grade(exercise_id, fn):
@@ -185,7 +185,7 @@ def test_attention_with_one_block_of_64_fails():
 def test_a_small_work_cap_still_checks_past_a_fixed_launch(monkeypatch):
     """Where the size that reaches past a launch that stayed the same is past the largest grown size (here
     the cap is shrunk to 0.3 of attention's), that one size is still checked, and the report says so."""
-    from lib.grader import cases
+    from lib.grading.grader import cases
 
     monkeypatch.setattr(cases, "SIM_WORK_SCALE", 0.3)
     report = grade("attention", lambda q, k, v, out: _attention_thread_per_row[1, 64](q, k, v, out))
@@ -197,8 +197,8 @@ def test_the_plan_is_sized_by_work_not_by_the_clock():
     """A loaded machine once turned a correct one-block vector_add into "timed out" (60.0 s in one run, 31 s
     in another): the sizes planned now depend on the seed and the launches only, never on how long a case
     took, and a one-block grid-stride launch does not make the planner grow the size in search of 3 blocks."""
-    from lib.grader import plan
-    from lib.grader.cases import work
+    from lib.grading.grader import plan
+    from lib.grading.grader.cases import work
 
     one_block = [{"name": "k", "module": "m", "qualname": "k", "grid": [1, 1, 1], "block": [32, 1, 1],
                   "shared_bytes": 0, "book": False}]
@@ -211,8 +211,8 @@ def test_the_plan_is_sized_by_work_not_by_the_clock():
 
     fast, slow = sizes(0.001), sizes(1000.0)
     assert fast == slow
-    assert max(work(s) for s in fast) <= lib.exercises.EXERCISES["vector_add"].sim_work
-    assert len(fast) == len(lib.exercises.EXERCISES["vector_add"].sim_cases) + 1  # + the schedule's own size
+    assert max(work(s) for s in fast) <= lib.grading.exercises.EXERCISES["vector_add"].sim_work
+    assert len(fast) == len(lib.grading.exercises.EXERCISES["vector_add"].sim_cases) + 1  # + the schedule's own size
 
 
 @cuda.jit
@@ -249,13 +249,13 @@ def _sum_racy(x, out):
 
 def test_non_atomic_accumulation_into_out_fails():
     """Without zeroing, the NaN fill shows it (and says the output was added into); with zeroing, only the
-    simulator's race detector can (lib.simdebug)."""
+    simulator's race detector can (lib.runtime.simdebug)."""
     report = grade("reduce_sum", lambda x, out: _sum_racy[(x.size + 255) // 256, 256](x, out))
     _assert_fails(report, "garbage")  # the grader's or the named variant's sentence: out was never set first
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lib.simdebug") is None,
-                    reason="needs the simulator's race detector (lib.simdebug)")
+@pytest.mark.skipif(importlib.util.find_spec("lib.runtime.simdebug") is None,
+                    reason="needs the simulator's race detector (lib.runtime.simdebug)")
 def test_non_atomic_accumulation_after_zeroing_is_caught_as_a_race():
     def racy(x, out):
         out.copy_to_device(np.zeros(1, np.float32))
@@ -285,8 +285,8 @@ def _add_with_a_list(a, b, out):
         out[i] = values[0] + values[1]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lib.gpucompile") is None,
-                    reason="needs the GPU compile check (lib.gpucompile)")
+@pytest.mark.skipif(importlib.util.find_spec("lib.runtime.gpucompile") is None,
+                    reason="needs the GPU compile check (lib.runtime.gpucompile)")
 def test_a_kernel_that_would_not_compile_for_a_gpu_fails_with_numbas_message():
     report = grade("vector_add", lambda a, b, out: _add_with_a_list[(a.size + 255) // 256, 256](a, b, out))
     assert report.status == ERROR, str(report)

@@ -10,7 +10,7 @@ from numba import cuda, float32
 
 import lib
 from lib import grade as _grade
-from lib.grader import ERROR, FAILED
+from lib.grading.grader import ERROR, FAILED
 
 pytestmark = pytest.mark.skipif(lib.ON_GPU, reason="simulator sizes and the simulator's IndexError")
 

@@ -4,8 +4,8 @@ numpy only (no kernel runs): the references are perturbed by hand."""
 import numpy as np
 import pytest
 
-from lib.check import compare, prefix_sum_rounding
-from lib.exercises import EXERCISES
+from lib.grading.check import compare, prefix_sum_rounding
+from lib.grading.exercises import EXERCISES
 
 CPU_SECONDS_SIZE_CAP = 20_000_000   # elements of the largest input built here (a few seconds of numpy)
 

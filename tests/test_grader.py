@@ -8,9 +8,9 @@ from numba import cuda
 
 import lib
 from lib import grade
-from lib.check import compare, hint, k_scaled_rtol
-from lib.exercises import EXERCISES
-from lib.grader import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
+from lib.grading.check import compare, hint, k_scaled_rtol
+from lib.grading.exercises import EXERCISES
+from lib.grading.grader import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 
 from kernels.intro import vector_add as book_vector_add
 
@@ -157,7 +157,7 @@ def _spin(a, b, out):
 
 
 def test_blocks_rounded_down_leave_the_tail_unwritten(monkeypatch):
-    monkeypatch.setattr("lib.grader.cases.variants", lambda exercise_id: [])  # the grader's own hint, unnamed
+    monkeypatch.setattr("lib.grading.grader.cases.variants", lambda exercise_id: [])  # the grader's own hint, unnamed
     report = grade("vector_add", lambda a, b, out: _add_floor_blocks[a.size // 256, 256](a, b, out))
     ex = EXERCISES["vector_add"]
     assert len(report.cases) == len(ex.sim_cases if lib.SIMULATOR else ex.gpu_cases)

@@ -12,9 +12,9 @@ from numba import cuda
 import lib
 from kernels.hardware import (BRANCH_KERNELS, WARP, branch_matches, run_branches, vector_add_float4,
                               warp_sum)
-from lib.gpu_diagram import GH100, fused_off_tpcs
-from lib.occupancy import limits_for, occupancy
-from lib.specs import GPUS
+from lib.hw.gpu_diagram import GH100, fused_off_tpcs
+from lib.hw.occupancy import limits_for, occupancy
+from lib.hw.specs import GPUS
 from lib.widgets.occupancy import JS, occupancy_widget
 
 
@@ -174,7 +174,7 @@ def test_run_branches_rejects_a_wrong_mask_type():
 
 # --- reading listings -----------------------------------------------------------------------------------
 def test_annotate_keeps_the_stamp_and_notes_only_known_instructions():
-    from lib.ptx import SASS_NOTES, annotate
+    from lib.measure.ptx import SASS_NOTES, annotate
 
     sass = ("// recorded on NVIDIA H200, 2026-12-01\n"
             "        /*0000*/                   LDC R1, c[0x0][0x28] ;\n"
@@ -191,7 +191,7 @@ def test_annotate_keeps_the_stamp_and_notes_only_known_instructions():
 
 
 def test_show_says_when_nothing_is_recorded(tmp_path, capsys):
-    from lib.ptx import show
+    from lib.measure.ptx import show
 
     show("no_such_kernel", "sass", folder=tmp_path)
     assert "not recorded yet" in capsys.readouterr().out

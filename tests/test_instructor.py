@@ -16,11 +16,11 @@ import psutil
 import pytest
 
 import lib
-from lib.exercises import EXERCISES
-from lib.grader import folder, remote, sandbox
-from lib.grader.folder import COLUMNS, grade_folder
-from lib.notebooks import read, toc_chapters
-from lib.student import build, is_solution
+from lib.grading.exercises import EXERCISES
+from lib.grading.grader import folder, remote, sandbox
+from lib.grading.grader.folder import COLUMNS, grade_folder
+from tools.notebooks import read, toc_chapters
+from tools.student import build, is_solution
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
 LIMIT_S = 30        # per notebook; frank.md never finishes
@@ -66,14 +66,14 @@ def graded(tmp_path_factory):
     _odd_entries(subs)
     out = tmp_path_factory.mktemp("report") / "report.csv"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(subs), "--out", str(out), "--timeout",
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", str(subs), "--out", str(out), "--timeout",
                            str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET,
                            "--extra-size", "vector_add=" + "x".join(map(str, EXTRA))],
                           cwd=lib.ROOT, capture_output=True, timeout=900)
     seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "compare = lambda" not in (lib.ROOT / "lib" / "check.py").read_text(), \
-        "a submission edited the instructor's lib/check.py"
+    assert "compare = lambda" not in (lib.ROOT / "lib" / "grading" / "check.py").read_text(), \
+        "a submission edited the instructor's lib/grading/check.py"
     with open(out, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS
@@ -211,13 +211,13 @@ def test_without_a_sandbox_the_run_says_so_in_its_notes(tmp_path, monkeypatch):
 
 
 def test_a_missing_folder_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(tmp_path / "nope"), "--out", "x.csv"],
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", str(tmp_path / "nope"), "--out", "x.csv"],
                           cwd=lib.ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "is not a folder" in proc.stderr
 
 
 def test_a_bad_extra_size_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(tmp_path), "--out", "x.csv",
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", str(tmp_path), "--out", "x.csv",
                            "--extra-size", "matmul_at=5"], cwd=lib.ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "matmul_at takes sizes of 3 positive number(s)" in proc.stderr
 
@@ -235,7 +235,7 @@ def test_messages_past_the_caps_are_refused_before_they_are_read():
 
 
 def test_a_result_that_does_not_fit_the_case_is_refused_and_a_pickle_never_loads():
-    from lib.grader.cases import judge, prepare_case
+    from lib.grading.grader.cases import judge, prepare_case
 
     case = prepare_case("vector_add", (10,), np.random.default_rng(0))
     right = (case.inputs[0] + case.inputs[1]).astype(np.float32)
@@ -295,7 +295,7 @@ def test_student_edition_has_no_solution_text(tmp_path):
                     assert line not in text, f"{edition.name} still holds solution text: {line!r}"
             assert {c.source for c in student.cells if c.cell_type == "code"} == \
                 {c.source for c in source.cells if c.cell_type == "code" and not is_solution(c)}
-    assert (out / "lib" / "grader" / "__init__.py").exists() and (out / "chapters" / "lib").is_symlink()
+    assert (out / "lib" / "grading" / "grader" / "__init__.py").exists() and (out / "chapters" / "lib").is_symlink()
 
 
 def test_student_edition_refuses_to_overwrite_the_sources():

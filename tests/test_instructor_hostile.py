@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import lib
-from lib.exercises import EXERCISES
-from lib.grader import cases, folder, remote, sandbox
-from lib.grader.cleanup import remove_tree
-from lib.grader.folder import COLUMNS, submissions, write_csv
+from lib.grading.exercises import EXERCISES
+from lib.grading.grader import cases, folder, remote, sandbox
+from lib.grading.grader.cleanup import remove_tree
+from lib.grading.grader.folder import COLUMNS, submissions, write_csv
 from test_instructor import SECRET, SUBMISSIONS, needs_sandbox
 
 HOSTILE = Path(__file__).parent / "submissions_hostile"
@@ -50,7 +50,7 @@ def hostile(tmp_path_factory):
     out = course / "report" / "report.csv"
     (course / "tmp").mkdir()   # the run's scratch folder goes here, to be checked for leftovers
     env = dict(os.environ, PYTHONPATH=str(lib.ROOT), TMPDIR=str(course / "tmp"))
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", "subs", "--out", "report/report.csv", "--timeout",
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", "subs", "--out", "report/report.csv", "--timeout",
                            str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET, "--notebook-memory", NOTEBOOK_MEMORY],
                           cwd=course, env=env, capture_output=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -183,7 +183,7 @@ def test_rows_decided_survive_a_grader_that_is_killed(tmp_path):
     shutil.copy2(SUBMISSIONS / "alice.md", subs / "a_alice.md")
     shutil.copy2(SUBMISSIONS / "frank.md", subs / "b_frank.md")   # never finishes
     out = tmp_path / "report" / "r.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "lib.grader", str(subs), "--out", str(out), "--timeout", "300"],
+    proc = subprocess.Popen([sys.executable, "-m", "lib.grading.grader", str(subs), "--out", str(out), "--timeout", "300"],
                             cwd=lib.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     partial = out.with_name("r.csv.partial")
     try:

@@ -1,10 +1,10 @@
-"""Instructor mode grades the performance property too (lib.grader.perf through lib.grader.remote): a submitted
+"""Instructor mode grades the performance property too (lib.grading.grader.perf through lib.grading.grader.remote): a submitted
 transpose that is correct but writes with a stride gets a row that says so ("correct ✓, coalesced ✗ (line ...)",
 not passed, every size passed), the same words its notebook-side grade() gives; a coalesced one passes. The
 verdict is the grader's: a notebook that patches the perf verdict, the report or the tracer in its own process,
 or prints a passing report, does not pass. What is not protected: the traced rows themselves come from the
 submission's process, so a notebook that rewrites them there passes the property (pinned below as a known
-limit). Plus the two faults of lib.grader.perf these runs found: an untraced run passed "bytes read", and a
+limit). Plus the two faults of lib.grading.grader.perf these runs found: an untraced run passed "bytes read", and a
 student's code in a folder whose path holds "/numba" was not traced at all."""
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 import lib
-from lib.exercises import EXERCISES
-from lib.grader import FAILED, check_perf, grade
-from lib.grader.folder import COLUMNS
-from lib.grader.perf import _student_file, judge_perf
+from lib.grading.exercises import EXERCISES
+from lib.grading.grader import FAILED, check_perf, grade
+from lib.grading.grader.folder import COLUMNS
+from lib.grading.grader.perf import _student_file, judge_perf
 from test_instructor import SECRET, needs_sandbox
 
 pytestmark = pytest.mark.skipif(lib.ON_GPU, reason="the tracer runs on the simulator: on a GPU the property is "
@@ -49,7 +49,7 @@ def rows(tmp_path_factory):
         shutil.copy2(src, subs / src.name)
     out = tmp_path_factory.mktemp("report") / "report.csv"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lib.grader", str(subs), "--out", str(out), "--timeout",
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", str(subs), "--out", str(out), "--timeout",
                            str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET],
                           cwd=lib.ROOT, capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -106,7 +106,7 @@ def test_a_patched_verdict_or_a_printed_report_does_not_pass(rows):
 
 @needs_sandbox
 def test_a_switched_off_tracer_is_not_a_pass(rows):
-    """untraced replaces lib.tracer.trace_call by a call that traces nothing: no traced access is no pass, for
+    """untraced replaces lib.grading.tracer.trace_call by a call that traces nothing: no traced access is no pass, for
     coalescing and for the bytes read alike."""
     transpose, squares = rows[("untraced", "transpose_batched")], rows[("untraced", "sum_of_squares")]
     _correct_but_slow(transpose)
@@ -117,7 +117,7 @@ def test_a_switched_off_tracer_is_not_a_pass(rows):
 
 @needs_sandbox
 @pytest.mark.xfail(strict=True, reason="known limit: the traced rows are computed in the submission's process "
-                   "(lib.grader.perf's docstring; README's threat model), so rewriting them there passes the "
+                   "(lib.grading.grader.perf's docstring; README's threat model), so rewriting them there passes the "
                    "property. strict: when the trace moves out of the submission's reach, this passes and the "
                    "marker must go")
 def test_rewritten_traced_rows_do_not_pass(rows):
@@ -144,14 +144,14 @@ def test_student_code_in_a_folder_named_after_numba_is_traced(tmp_path, monkeypa
     every access dropped ("no global access ... traced"); now only numba's own folders and the tracer are."""
     import numba.cuda.simulator.kernelapi as kernelapi
 
-    import lib.tracer
+    import lib.grading.tracer
 
     folder = tmp_path / "numba-course"
     folder.mkdir()
     source, line = _cell_with(SUBMISSIONS / "strided.md", STRIDED_STORE)
     (folder / "strided_in_numba_course.py").write_text(source)
     assert _student_file(str(folder / "strided_in_numba_course.py"))
-    assert not _student_file(kernelapi.__file__) and not _student_file(lib.tracer.__file__)
+    assert not _student_file(kernelapi.__file__) and not _student_file(lib.grading.tracer.__file__)
     monkeypatch.syspath_prepend(str(folder))
     fn = importlib.import_module("strided_in_numba_course").transpose_batched
     ex = EXERCISES["transpose_batched"]

@@ -1,11 +1,12 @@
-"""lib.launches: every kernel launch is seen (name, grid, block, argument types), in both modes."""
+"""lib.runtime.launches: every kernel launch is seen (name, grid, block, argument types), in both modes."""
 import threading
 
 import numpy as np
 import pytest
 
 from kernels import intro
-from lib import cuda, launches
+from lib import cuda
+from lib.runtime import launches
 
 
 @cuda.jit(device=True)

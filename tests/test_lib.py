@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import lib
-from lib import results, specs
-from lib.timing import Timing, TimingUnavailable, reps_for, time_cuda
-from lib.validate import require
+from lib.measure import results
+from lib.hw import specs
+from lib.measure.timing import Timing, TimingUnavailable, reps_for, time_cuda
+from lib.runtime.validate import require
 
 
 # --- timing ---------------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def test_timer_refuses_on_the_simulator():
 
 
 class _FakeCuda:
-    """Just enough of numba.cuda for lib.timing._Held: events whose elapsed time is 1 ms, a log of calls."""
+    """Just enough of numba.cuda for lib.measure.timing._Held: events whose elapsed time is 1 ms, a log of calls."""
 
     def __init__(self):
         self.log = []
@@ -87,7 +88,7 @@ class _FakeHold:
 
 
 def _held_with(monkeypatch, fn, start_ns, max_ns):
-    from lib import timing
+    from lib.measure import timing
 
     hold = _FakeHold()
     monkeypatch.setattr(timing, "_hold_kernel", lambda: hold)
@@ -296,9 +297,9 @@ def test_forcing_the_simulator_is_respected():
 
 
 def test_notebook_runner_names_the_cell_a_kernel_died_in(tmp_path):
-    """lib.notebooks: a kernel that dies mid-notebook is reported with the cell it died in (an H200 run of a
+    """tools.notebooks: a kernel that dies mid-notebook is reported with the cell it died in (an H200 run of a
     chapter once ended with nothing but nbclient's "Kernel died")."""
-    from lib.notebooks import execute
+    from tools.notebooks import execute
 
     page = tmp_path / "dies.md"
     page.write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"

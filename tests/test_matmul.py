@@ -13,10 +13,11 @@ import pytest
 from numba import cuda
 
 import kernels.matmul as mm
-from lib import roofline
-from lib.check import compare
-from lib.exercises import _matmul_tolerance
-from lib.specs import GPUS
+from lib.hw import roofline
+from lib.measure import results
+from lib.grading.check import compare
+from lib.grading.exercises import matmul_tolerance
+from lib.hw.specs import GPUS
 from lib.widgets import roofline as roofline_widget
 
 RUNGS = {r.name: r.run for r in mm.RUNGS}
@@ -47,7 +48,7 @@ def run(fn, m, n, k, seed=0):
 
 def assert_matmul(a, b, got):
     expected = a.astype(np.float64) @ b.astype(np.float64)
-    tol = _matmul_tolerance(a, b, expected)
+    tol = matmul_tolerance(a, b, expected)
     bad = compare(got, expected, tol.rtol, tol.atol, tol.scale)
     assert bad is None, bad.describe()
 
@@ -179,7 +180,7 @@ def test_roofline_maths():
 
 
 def test_recorded_points_reads_every_ladder_csv(tmp_path):
-    from lib.results import COLUMNS
+    from lib.measure.results import COLUMNS
 
     row = dict.fromkeys(COLUMNS, "")
     row.update(chapter="x", kernel="k", size="8", median_ms=2.0, flops=4e9, bytes=1e9, device="d")
@@ -187,7 +188,7 @@ def test_recorded_points_reads_every_ladder_csv(tmp_path):
     import pandas as pd
     pd.DataFrame([row, copy]).to_csv(tmp_path / "x.csv", index=False)
     (tmp_path / "x.autotune.csv").write_text("# a sweep\nconfig,tflops\nA,1\n")
-    points, unplaced = roofline.recorded_points(tmp_path)
+    points, unplaced = results.roofline_points(tmp_path)
     assert unplaced == 1 and len(points) == 1
     assert points[0]["intensity"] == 4.0 and points[0]["tflops"] == pytest.approx(4e9 / 2e-3 / 1e12)
 

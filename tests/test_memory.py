@@ -11,6 +11,7 @@ import pytest
 from numba import cuda
 
 from kernels import memory as mem
+from lib.measure import ncu
 from lib.widgets import bank_conflicts as bc
 
 RNG = np.random.default_rng(7)
@@ -252,6 +253,6 @@ def test_parse_ncu_csv():
         "0","9","python3","h","_ZN7kernels22transpose_tiled_kernel","1","7","(32, 8, 1)","(32, 32, 1)","0","9.0","Command line profiler metrics","m1","","1,048,576"
         "0","9","python3","h","_ZN7kernels22transpose_tiled_kernel","1","7","(32, 8, 1)","(32, 32, 1)","0","9.0","Command line profiler metrics","m2","","7"
         ''')
-    launches = mem.parse_ncu_csv(text)
+    launches = ncu.parse_csv(text)
     assert [launch["metrics"] for launch in launches] == [{"m1": 1048576.0, "m2": 7.0}, {"m1": 1024.0}]
     assert "transpose_tiled_kernel" in launches[0]["name"]

@@ -1,12 +1,12 @@
-"""lib.mma on whatever this process runs on: the simulator here, the GPU on the H200. The kernels read
-their fragments with the index tables of lib.mma.LAYOUTS, so on a GPU a wrong table gives a wrong product:
+"""lib.runtime.mma on whatever this process runs on: the simulator here, the GPU on the H200. The kernels read
+their fragments with the index tables of lib.runtime.mma.LAYOUTS, so on a GPU a wrong table gives a wrong product:
 passing there is the check that the simulator twin and the hardware agree."""
 import numpy as np
 import pytest
 from numba import cuda
 
 import lib
-from lib import mma
+from lib.runtime import mma
 
 WARP = 32
 
@@ -369,7 +369,7 @@ def test_tensorcore_ladders_pass_their_checks():
     """Every rung at its ladder's simulator size, and on a GPU also at a second size with more K tiles than
     pipeline stages (the autotuned rung at its recorded configuration: no sweep in a test)."""
     from kernels import tensorcores as tc
-    from lib.bench import run_ladder
+    from lib.measure.bench import run_ladder
 
     for ladder in tc.LADDERS:
         (m, n, k), = ladder.sim_sizes

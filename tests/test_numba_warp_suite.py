@@ -3,7 +3,7 @@
 numba's ``test_warp_ops`` and ``test_sync`` skip every warp test under the simulator (``skip_on_cudasim``:
 numba's simulator has no warp intrinsics). They pass on GPUs in numba's CI, so they are an outside
 statement of what a GPU does. Here the skip decorator is replaced by a no-op before numba's modules are
-imported, and each test method runs under ``lib.simulator``. Every test about semantics must pass; the
+imported, and each test method runs under ``lib.runtime.simulator``. Every test about semantics must pass; the
 tests listed in ``NOT_SEMANTICS`` check something a simulator does not have (numba's generated LLVM/PTX, its
 type checker) and are expected to fail here, each for the reason given (``strict``: if one starts passing,
 the list is out of date).
@@ -39,7 +39,7 @@ NOT_SEMANTICS = {
     "test_shfl_sync_const_mode_val_sm100": "compiles PTX for sm_100 (compile_ptx is None under the simulator)",
     "test_vote_sync_const_mode_val_sm100": "compiles PTX for sm_100 (compile_ptx is None under the simulator)",
     "test_vote_sync_type_validation": "expects numba's TypingError for a float mask or predicate: the "
-                                      "simulator runs Python and types nothing (lib.gpucompile's check "
+                                      "simulator runs Python and types nothing (lib.runtime.gpucompile's check "
                                       "reports such kernels before a launch in the book)",
 }
 
@@ -103,7 +103,7 @@ def test_every_listed_exception_exists():
 
 @pytest.mark.parametrize("name", sorted(TESTS))
 def test_numba_hardware_test_on_the_simulator(name):
-    from lib import gpucompile
+    from lib.runtime import gpucompile
 
     method = name.split("::")[1]
     result = unittest.TestResult()

@@ -1,6 +1,6 @@
 """Helpers that shape what a reader sees on a chapter page, without building the book: numba's low-occupancy
-warning silenced for the book's own kernels only (lib/quiet_launches.py), recorded listings shortened to the
-page's width (lib/ptx.py), and result lines and tables narrowed to the text column (lib/results.py)."""
+warning silenced for the book's own kernels only (lib/runtime/quiet_launches.py), recorded listings shortened to the
+page's width (lib/measure/ptx.py), and result lines and tables narrowed to the text column (lib/measure/results.py)."""
 from __future__ import annotations
 
 import ast
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from lib import ptx, results
-from lib.bench import PAGE_WIDTH
+from lib.measure import ptx, results
+from lib.measure.bench import PAGE_WIDTH
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # numba only warns about small grids with its real (GPU) dispatcher, which can configure a launch without a
 # GPU; the test process runs the simulator, so the check runs in a process of its own with the simulator off.
-# lib/quiet_launches.py is loaded from its file: `import lib` would switch the simulator on.
+# lib/runtime/quiet_launches.py is loaded from its file: `import lib` would switch the simulator on.
 WARNING_CHECK = textwrap.dedent("""
     import importlib.util, json, sys, types, warnings
     from numba import cuda
@@ -65,7 +65,7 @@ def test_low_occupancy_warning_is_silenced_for_book_kernels_only():
     import json
 
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, "-c", WARNING_CHECK, str(ROOT / "lib" / "quiet_launches.py")],
+    done = subprocess.run([sys.executable, "-c", WARNING_CHECK, str(ROOT / "lib" / "runtime" / "quiet_launches.py")],
                           capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -85,7 +85,7 @@ def test_the_filter_matches_numbas_highlighted_message_too():
     """Where colorama is installed (the H200's image), numba wraps the message in terminal escapes."""
     from numba.cuda.core.errors import NumbaPerformanceWarning
 
-    from lib import quiet_launches as q
+    from lib.runtime import quiet_launches as q
 
     for text in ("Grid size 4 will likely result in GPU under-utilization due to low occupancy.",
                  "\x1b[1mGrid size 4 will likely result in GPU under-utilization due to low occupancy.\x1b[0m"):
@@ -99,7 +99,7 @@ def test_the_filter_matches_numbas_highlighted_message_too():
 
 
 def test_quiet_kernels_needs_a_module_namespace():
-    from lib.quiet_launches import quiet_kernels
+    from lib.runtime.quiet_launches import quiet_kernels
 
     try:
         quiet_kernels({"x": 1})

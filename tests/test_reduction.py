@@ -9,8 +9,8 @@ from numba import cuda
 
 import lib
 import kernels.reduction as R
-from lib.check import compare
-from lib.exercises import EXERCISES
+from lib.grading.check import compare
+from lib.grading.exercises import EXERCISES
 
 SUM_LAUNCHERS = [pytest.param(r.run, id=r.name) for r in R.SUM_RUNGS]
 

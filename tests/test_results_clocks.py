@@ -1,12 +1,12 @@
-"""lib.clocks and the clock columns of lib.results; lib.bench's dtype label. No GPU needed: NVML's readings are
+"""lib.measure.clocks and the clock columns of lib.measure.results; lib.measure.bench's dtype label. No GPU needed: NVML's readings are
 stood in for where a test needs them, and on a machine without NVML the columns must stay empty."""
 import numpy as np
 import pandas as pd
 import pytest
 
 import lib
-from lib import bench, clocks, results
-from lib.timing import Timing
+from lib.measure import bench, clocks, results
+from lib.measure.timing import Timing
 
 ENV = {"device": "Test GPU", "numba_cuda": "0.30.4", "torch": "2.11", "date": "2026-11-30"}
 BUSY = {"sm_mhz": 1980, "mem_mhz": 3201, "power_w": 400.0, "temp_c": 50, "throttle": "none"}
@@ -85,8 +85,8 @@ def test_rows_are_labelled_with_the_rungs_precision(monkeypatch):
     def copy(x, out):
         out.copy_to_device(x)
 
-    monkeypatch.setattr(lib, "ON_GPU", True)  # the timer is stood in for: only the labelling is tested
-    monkeypatch.setattr("lib.timing.time_cuda", lambda fn, **kw: Timing([1.0, 1.2], bytes=kw["bytes"]))
+    monkeypatch.setattr(lib.mode, "ON_GPU", True)  # the timer is stood in for: only the labelling is tested
+    monkeypatch.setattr("lib.measure.timing.time_cuda", lambda fn, **kw: Timing([1.0, 1.2], bytes=kw["bytes"]))
     monkeypatch.setattr(clocks, "_nvml", False)
     rows, samples, failures = bench.run_ladder(
         _copy_ladder([bench.Rung("copy_as_stored", copy), bench.Rung("copy_fp16", copy, dtype="float16")]),

@@ -11,7 +11,7 @@ from numba import cuda
 
 import lib
 from kernels import scan as S
-from lib.exercises import EXERCISES
+from lib.grading.exercises import EXERCISES
 
 RNG = np.random.default_rng(2024)
 

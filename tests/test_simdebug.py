@@ -1,4 +1,4 @@
-"""The simulator's debugger (lib/simdebug.py): it catches uninitialised shared/local reads, shared-memory
+"""The simulator's debugger (lib/runtime/simdebug.py): it catches uninitialised shared/local reads, shared-memory
 barrier races and global read-modify-write races, naming lines and threads; and it stays silent on correct
 code: warp-synchronous accesses, atomics, reads after a barrier, a thread's own writes, later launches, the
 book's kernels and the exercise solutions."""
@@ -15,9 +15,9 @@ pytestmark = pytest.mark.skipif(not lib.SIMULATOR, reason="the debugger is part 
 if lib.SIMULATOR:
     from numba import cuda, float32, int32
 
-    from lib import gpucompile
-    from lib import simdebug
-    from lib.simulator import SimulatorError
+    from lib.runtime import gpucompile
+    from lib.runtime import simdebug
+    from lib.runtime.simulator import SimulatorError
 
     import kernels.debugging as D
 
@@ -289,7 +289,7 @@ def test_switching_off_runs_the_buggy_kernel_unchecked():
 
 
 def test_the_tracer_still_works_with_the_debugger_on():
-    from lib.tracer import trace
+    from lib.grading.tracer import trace
 
     from kernels import memory as mem
 
@@ -313,9 +313,9 @@ def test_a_python_list_in_a_kernel_is_reported_by_the_gpu_compile_check():
 def test_every_exercise_solution_passes_its_grade_with_the_debugger_on(monkeypatch):
     """Each chapter's graded solution cells, run in order in one namespace (a later solution may use an
     earlier one); every grade(...) must pass (a debugger report fails the grade with its message)."""
-    from lib.grader import cases
-    from lib.notebooks import read, toc_chapters
-    from lib.student import is_solution
+    from lib.grading.grader import cases
+    from tools.notebooks import read, toc_chapters
+    from tools.student import is_solution
 
     monkeypatch.setattr(cases, "SIM_WORK_SCALE", 0.1)  # the fixed sizes, hardly grown: silence, not scale
     reports, failures = [], []

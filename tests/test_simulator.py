@@ -1,4 +1,4 @@
-"""Tests of lib/simulator.py: the warp intrinsics and block scheduler added to numba's CUDA simulator.
+"""Tests of lib/runtime/simulator.py: the warp intrinsics and block scheduler added to numba's CUDA simulator.
 
 Every expectation is computed in numpy from the PTX definition (shfl.sync with width 32, vote.sync,
 match.sync), never by calling the implementation. Each launch runs in a helper thread joined with a
@@ -30,8 +30,8 @@ from numba.cuda.core import config as _numba_config  # noqa: E402
 if not _numba_config.ENABLE_CUDASIM:  # numba.cuda was imported in GPU mode by an earlier module
     pytest.skip("numba.cuda was already imported with the simulator off", allow_module_level=True)
 
-from lib import simulator  # noqa: E402
-from lib.gpucompile import simulator_only  # noqa: E402  (kernels that look at Python objects)
+from lib.runtime import simulator  # noqa: E402
+from lib.runtime.gpucompile import simulator_only  # noqa: E402  (kernels that look at Python objects)
 from numba.cuda import shfl_down_sync as imported_shfl_down_sync  # noqa: E402  (needs lib first)
 
 FULL = 0xFFFFFFFF
@@ -957,7 +957,7 @@ def test_current_thread_is_none_outside_a_kernel():
     assert simulator.current_thread() is None
 
 
-@simulator_only  # it calls lib.simulator's Python API
+@simulator_only  # it calls lib.runtime.simulator's Python API
 @cuda.jit
 def _api_probe(out, seqs):
     t = simulator.current_thread()
@@ -1142,9 +1142,9 @@ def test_debug_kernels_raise_on_division_by_zero_and_leave_the_caller_s_settings
 
 
 def test_simbench_finds_its_kernels_and_the_attention_solution_in_its_chapter():
-    """lib.simbench (the simulator's benchmark) reads the exercise solution from chapters/attention.md:
+    """tools.simbench (the simulator's benchmark) reads the exercise solution from chapters/attention.md:
     this fails when the chapter's layout changes, not only when someone runs the benchmark."""
-    from lib import simbench
+    from tools import simbench
 
     cases = simbench.cases()
     assert [name for name, _, _ in cases] == ["barriers", "warp_shuffle", "transpose_tiled", "attention"]

@@ -13,9 +13,9 @@ from numba import cuda
 
 import kernels.softmax as sm
 import lib
-from lib.bench import run_ladder
-from lib.check import compare
-from lib.exercises import EXERCISES
+from lib.measure.bench import run_ladder
+from lib.grading.check import compare
+from lib.grading.exercises import EXERCISES
 from lib.widgets import online_softmax as ow
 
 STABLE = {

@@ -110,7 +110,7 @@ def test_recorded_sweep_names_one_winner_per_kind():
 
 
 def test_ladder_table_reads_the_recorded_rows():
-    from lib import results
+    from lib.measure import results
 
     recorded = results.load("tensorcores")
     table = tc.ladder_table(recorded)

@@ -1,11 +1,11 @@
-"""lib.tracer: the sectors and wavefronts it reports for real kernels, against the chapter's models."""
+"""lib.grading.tracer: the sectors and wavefronts it reports for real kernels, against the chapter's models."""
 import numpy as np
 import pytest
 from numba import cuda
 
 import lib
 from kernels import memory as mem
-from lib import tracer
+from lib.grading import tracer
 
 RNG = np.random.default_rng(11)
 on_simulator = pytest.mark.skipif(not lib.SIMULATOR, reason="the tracer runs kernels on the simulator")
@@ -120,7 +120,7 @@ def test_trace_in_a_gpu_process_says_how_to_trace():
 
 
 def test_demo_runs_in_a_simulator_subprocess():
-    text = tracer.demo_in_subprocess()
+    text = tracer.in_simulator_process("kernels.memory", "traced_examples_text")
     rows = [line.split() for line in text.splitlines()]
     tiled_load = [r for r in rows if r[:1] == ["transpose_tiled_kernel"] and "load" in r]
     padded_load = [r for r in rows if r[:1] == ["transpose_padded_kernel"] and "load" in r]
@@ -133,7 +133,7 @@ def test_demo_runs_in_a_simulator_subprocess():
 
 @on_simulator
 def test_demo_tables():
-    copies, transposes = tracer.demo()
+    copies, transposes = mem.traced_examples()
     loads = copies[copies["op"] == "load"].set_index("stride")
     assert list(copies.columns) == ["stride", "offset", "array", "op", "requests", "sectors", "ideal", "used / moved"]
     assert loads.loc[8, "sectors"] == 32 and loads.loc[8, "used / moved"] == pytest.approx(0.125)

@@ -1,4 +1,4 @@
-"""The known-wrong variants of every graded exercise (lib.variants): each is really wrong, its model reproduces
+"""The known-wrong variants of every graded exercise (lib.grading.variants): each is really wrong, its model reproduces
 what its kernel outputs, and the grader names its mistake; beside them, the book's own solutions pass on the
 same inputs.
 
@@ -12,7 +12,7 @@ Two modes, one file:
   (status, named mistake, seconds per check) is written there as JSON.
 
 The variants' kernels live in lib/, which the grader counts as the book's own code (a book kernel is never
-an answer); here they stand for a student's, so the module fixture makes lib/variants count as the
+an answer); here they stand for a student's, so the module fixture makes lib/grading/variants count as the
 student's own.
 """
 from __future__ import annotations
@@ -29,12 +29,12 @@ import numpy as np
 import pytest
 
 import lib
-import lib.launches as launch_hooks
-from lib.check import compare
-from lib.exercises import EXERCISES, RETIRED
-from lib.grader import ERROR, FAILED, PASSED, grade
-from lib.grader.cases import execute_case, judge, launch_structure, prepare_case
-from lib.variants import MAY_PASS_ON_A_GPU, RACES, SIMULATOR_ONLY_MODELS, VARIANTS
+import lib.runtime.launches as launch_hooks
+from lib.grading.check import compare
+from lib.grading.exercises import EXERCISES, RETIRED
+from lib.grading.grader import ERROR, FAILED, PASSED, grade
+from lib.grading.grader.cases import execute_case, judge, launch_structure, prepare_case
+from lib.grading.variants import MAY_PASS_ON_A_GPU, RACES, SIMULATOR_ONLY_MODELS, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # the wrong kernels overflow exp and divide inf by inf on purpose: numpy's warnings about it are expected
@@ -69,7 +69,7 @@ ALL = [(ex_id, v.name) for ex_id in sorted(VARIANTS) for v in VARIANTS[ex_id]]
 
 @pytest.fixture(scope="module", autouse=True)
 def variants_count_as_student_code():
-    """lib/variants is book code to the grader; in these tests its kernels play a student's."""
+    """lib/grading/variants is book code to the grader; in these tests its kernels play a student's."""
     original = launch_hooks._origin
 
     def origin(py_func):
@@ -160,8 +160,8 @@ def test_variant_is_wrong_modelled_and_named(ex_id, name):
     execution = execute_case(variant.kernel, case.public())
     if (ex_id, name) in RACES:
         # A GPU loses updates at random; the simulator runs threads one at a time, so only its debugger sees it.
-        if importlib.util.find_spec("lib.simdebug") is None:
-            pytest.skip("the race shows only with the simulator's debugger (lib.simdebug), not present here")
+        if importlib.util.find_spec("lib.runtime.simdebug") is None:
+            pytest.skip("the race shows only with the simulator's debugger (lib.runtime.simdebug), not present here")
         assert execution.outcome == "raised" and "race" in execution.error.lower(), execution.error
         return
     assert execution.outcome == "ran", execution.error

@@ -1,6 +1,6 @@
 """Fragment layouts of mma.sync, live: pick the shape and the operand (A, B or C); hover a lane to see the
 elements it holds, or an element to see which lane holds it. The layouts run in ``fragments.js`` (so the
-widget works on the static site with no kernel); their one Python source is :data:`lib.mma.LAYOUTS`, and
+widget works on the static site with no kernel); their one Python source is :data:`lib.runtime.mma.LAYOUTS`, and
 tests/test_fragments_widget.py checks the two agree element by element."""
 from __future__ import annotations
 

@@ -4,15 +4,16 @@ sliders for a hypothetical kernel's FLOPs and bytes, and see every kernel the bo
 chapters' data/results/*.csv) as a point.
 
 All drawing and maths are in ``roofline.js``, so the widget stays live on the static site; its ``analyze``
-is the twin of :func:`lib.roofline.analyze`, and the tests run both on a grid of inputs and require equal
+is the twin of :func:`lib.hw.roofline.analyze`, and the tests run both on a grid of inputs and require equal
 answers.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..roofline import analyze, recorded_points, widget_specs
-from ..specs import GPUS, REFERENCE_GPU
+from lib.hw.roofline import analyze, widget_specs
+from lib.measure.results import roofline_points
+from lib.hw.specs import GPUS, REFERENCE_GPU
 
 LOG10_FLOPS_RANGE = (6.0, 15.0)   # the sliders move in steps of 0.1 decade
 LOG10_BYTES_RANGE = (3.0, 12.0)
@@ -42,8 +43,8 @@ def measured_roofs(folder=None) -> list[dict]:
     of the GPU it ran on. Empty if nothing is recorded."""
     import pandas as pd
 
-    from ..results import RESULTS
-    from ..specs import spec_for
+    from lib.measure.results import RESULTS
+    from lib.hw.specs import spec_for
 
     path = Path(folder or RESULTS) / "tensorcores.mma_ceiling.csv"
     if not path.exists():
@@ -71,6 +72,6 @@ def widget(gpu: str = REFERENCE_GPU, log10_flops: float = 10.0, log10_bytes: flo
             raise ValueError(f"{name} must be within [{lo}, {hi}], got {value}")
     specs = widget_specs()
     analyze(specs[gpu], 10 ** log10_flops, 10 ** log10_bytes)
-    points, unplaced = recorded_points(folder)
+    points, unplaced = roofline_points(folder)
     return _widget_class()(gpu=gpu, log10_flops=log10_flops, log10_bytes=log10_bytes, specs=specs,
                            points=points, unplaced=unplaced, measured_roofs=measured_roofs(folder))

@@ -1,5 +1,0 @@
-import sys
-
-from .folder import main
-
-sys.exit(main())

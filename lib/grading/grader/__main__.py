@@ -1,0 +1,5 @@
+import sys
+
+from lib.grading.grader.folder import main
+
+sys.exit(main())
