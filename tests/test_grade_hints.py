@@ -32,21 +32,32 @@ def _zero(out):
 
 
 @cuda.jit
-def _sum_not_squared(x, out):
+def _squares_stored(x, out):
+    """A block tree of squares; the bug: each block *stores* its partial into out[0] (one block is right)."""
+    buf = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
     i = cuda.grid(1)
-    if i < x.size:
-        cuda.atomic.add(out, 0, x[i])  # the square is missing
+    buf[t] = x[i] * x[i] if i < x.size else float32(0)
+    half = 128
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            buf[t] += buf[t + half]
+        half //= 2
+    if t == 0:
+        out[0] = buf[0]
 
 
 def test_an_init_kernel_that_stays_the_same_is_not_blamed():
-    """_zero[1, 32] writes the one-element output at every size: the same launch, but not the bug."""
+    """_zero[1, 32] writes the one-element output at every size: the same launch, but not the bug (the blocks
+    store their partials instead of adding them, which shows from two blocks on)."""
     def sum_of_squares(x, out):
         _zero[1, 32](out)
-        _sum_not_squared[(x.size + 255) // 256, 256](x, out)
+        _squares_stored[(x.size + 255) // 256, 256](x, out)
     report = grade("sum_of_squares", sum_of_squares)
-    _failed(report)
+    case = _failed(report)
+    assert case.size[0] > 256
     assert "_zero" not in report.hint and "same at every size" not in report.hint, report.hint
-    assert "values are written but wrong" in report.hint, report.hint
 
 
 @cuda.jit
@@ -146,6 +157,7 @@ def test_a_launch_from_the_size_that_only_looks_fixed_does_not_hide_the_named_mi
     report = grade("softmax_rows", lambda x, out: _softmax_not_divided[(x.shape[0] + 1023) // 1024, 1024](x, out))
     case = _failed(report)
     assert case.mistake == "not divided by the row sum", (case.mistake, report.hint)
+    assert "same at every size" not in report.hint, report.hint
 
 
 # --- a known mistake is named only when its model reproduces every size checked ------------------------------
@@ -179,46 +191,39 @@ def test_a_shift_by_one_is_not_told_last_element_dropped():
 
 
 @cuda.jit
-def _max_row_sum_skips_last_row(a, out):
-    """Starts from -inf, as it should; the bug is the loop bound (the last row is never looked at)."""
-    best = float32(-math.inf)
-    for r in range(a.shape[0] - 1):
+def _max_row_sum_zero_padding(a, out):
+    """One row per thread, each row's sum started from 0 and the maximum from -inf, as it should; the bug:
+    the block's tree of maxima pads the slots past the last row with 0 (every row sum is negative here)."""
+    best = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    r = cuda.grid(1)
+    best[t] = float32(0)
+    if r < a.shape[0]:
         s = float32(0)
         for c in range(a.shape[1]):
             s += a[r, c]
-        best = max(best, s)
-    out[0] = best
+        best[t] = s
+    half = 128
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            best[t] = max(best[t], best[t + half])
+        half //= 2
+    if t == 0:
+        cuda.atomic.max(out, 0, best[0])
 
 
-def test_a_max_that_starts_from_minus_infinity_is_not_told_zero_is_its_identity():
-    report = grade("max_row_sum", lambda a, out: _max_row_sum_skips_last_row[1, 1](a, out))
-    _failed(report)
-    assert "0 as the identity" not in report.hint and "identity of max" not in report.hint, report.hint
+def _max_row_sum(a, out):
+    out.copy_to_device(np.full(1, -np.inf, np.float32))
+    _max_row_sum_zero_padding[(a.shape[0] + 255) // 256, 256](a, out)
 
 
-@cuda.jit
-def _argmax_blocks_of_80(x, out):
-    """One warp per chunk of 32, computed from the global index, but blocks of 80 threads: a warp of the
-    hardware spans two chunks in every block after the first."""
-    i = cuda.grid(1)
-    lane = cuda.threadIdx.x % 32
-    best = x[i] if i < x.size else float32(-math.inf)
-    where = i
-    offset = 16
-    while offset > 0:
-        other = cuda.shfl_down_sync(0xFFFFFFFF, best, offset)
-        other_at = cuda.shfl_down_sync(0xFFFFFFFF, where, offset)
-        if lane + offset < 32 and (other > best or (other == best and other_at < where)):
-            best, where = other, other_at
-        offset //= 2
-    if lane == 0 and i < x.size:
-        out[i // 32] = where
-
-
-def test_eighty_thread_blocks_are_not_told_the_tree_must_start_at_16():
-    report = grade("warp_argmax", lambda x, out: _argmax_blocks_of_80[(x.size + 79) // 80, 80](x, out))
-    _failed(report)
-    assert "must start at offset 16" not in report.hint, report.hint
+def test_a_max_that_starts_from_minus_infinity_is_told_where_the_zero_came_in():
+    """out and the maximum start from -inf: "start the maximum from -inf" alone misled; the sentence now
+    names the padding slots too."""
+    report = grade("max_row_sum", _max_row_sum)
+    case = _failed(report)
+    assert case.mistake == "0 as the identity of max" and "padding" in report.hint, (case.mistake, report.hint)
 
 
 # --- a coverage hint only for a grid that does not cover ------------------------------------------------------
