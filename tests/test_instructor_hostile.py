@@ -98,11 +98,14 @@ def test_remove_tree_takes_any_depth_long_names_locked_folders_and_never_follows
     os.mkdir("locked", dir_fd=fd)
     os.chmod("locked", 0, dir_fd=fd)
     os.close(fd)
-    with pytest.raises(RecursionError):
-        shutil.rmtree(victim, ignore_errors=True)   # what the grader used to call
-    assert remove_tree(victim) == "" and not victim.exists()
-    assert (outside / "keep").read_text() == "x"
-    assert remove_tree(tmp_path / "never-existed") == ""
+    try:
+        with pytest.raises(RecursionError):
+            shutil.rmtree(victim, ignore_errors=True)   # what the grader used to call
+        assert remove_tree(victim) == "" and not victim.exists()
+        assert (outside / "keep").read_text() == "x"
+        assert remove_tree(tmp_path / "never-existed") == ""
+    finally:  # a tree left here would make pytest's own clean-up of old temporary folders raise later
+        subprocess.run(["rm", "-rf", str(victim)], check=False)
 
 
 # --- fatal 2: a submission sizing the grader's memory -----------------------------------------------------
@@ -369,3 +372,50 @@ def test_a_deeply_nested_header_is_a_protocol_error():
         a.sendall(remote.MAGIC + struct.pack("<II", len(head), 0) + head)
         with pytest.raises(remote.ProtocolError, match="nested too deeply"):
             remote.recv(b, max_arrays=0, array_cap=0, deadline=time.monotonic() + 5)
+
+
+def test_the_graders_copy_of_the_book_leaves_out_every_answer(tmp_path):
+    from lib.grading.grader import edition
+    from lib.grading.grader.folder import STUDENT_EDITION
+
+    book = tmp_path / "book"
+    edition.build(book, STUDENT_EDITION)
+    code = ("import importlib, json, sys\nfound = {}\n"
+            f"for path, names in {json.dumps({k: sorted(v) for k, v in edition.ANSWERS.items()})}.items():\n"
+            "    module = importlib.import_module(path[:-3].replace('/', '.'))\n"
+            "    for name in names:\n"
+            "        said = []\n"
+            "        for use in (lambda f: f(1, 2), lambda f: f[1, 32](1, 2)):\n"
+            "            try:\n                use(getattr(module, name))\n"
+            "            except RuntimeError as exc:\n                said.append(str(exc))\n"
+            "        found[path + ':' + name] = said\n"
+            "print(json.dumps(found))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=book, env={"PYTHONPATH": str(book), "PATH": "/usr/bin:/bin",
+                          "NUMBA_ENABLE_CUDASIM": "1"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(found) == sum(len(v) for v in edition.ANSWERS.values())
+    for where, said in found.items():
+        assert len(said) == 2 and all("answers the exercise" in s and "leaves it out" in s for s in said), (where, said)
+
+
+def test_what_the_copy_leaves_out_does_answer_its_exercise(monkeypatch):
+    """So the list is not longer than it must be: each launcher it names, called as a student would (once per
+    matrix for the 2-D transposes), passes its exercise here in the checkout once its launches count as the
+    student's (vector_add_float4 needs a GPU to compile, torch a GPU machine: those are left out unchecked)."""
+    import kernels.intro
+    import kernels.memory
+    import lib.runtime.launches as launch_hooks
+    from lib.grading.grader.cases import execute_case, judge, prepare_case
+
+    original = launch_hooks._origin
+    monkeypatch.setattr(launch_hooks, "_origin", lambda f: (original(f)[0], False))
+    per_matrix = lambda f: (lambda a, out: [f(a[m], out[m]) for m in range(a.shape[0])])  # noqa: E731
+    answers = [("vector_add", kernels.intro.vector_add, (4099,))]
+    answers += [("transpose_batched", per_matrix(getattr(kernels.memory, name)), (2, 70, 33))
+                for name in ("transpose_naive", "transpose_tiled", "transpose_padded", "transpose_swizzled",
+                             "transpose_batched", "transpose_wide", "transpose_vector")]
+    for exercise, fn, size in answers:
+        case = prepare_case(exercise, size, np.random.default_rng(0))
+        result = judge(case, execute_case(fn, case.public()))
+        assert result.passed, (exercise, result.message)
