@@ -50,8 +50,9 @@ def hostile(tmp_path_factory):
     out = course / "report" / "report.csv"
     (course / "tmp").mkdir()   # the run's scratch folder goes here, to be checked for leftovers
     env = dict(os.environ, PYTHONPATH=str(lib.ROOT), TMPDIR=str(course / "tmp"))
-    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", "subs", "--out", "report/report.csv", "--timeout",
-                           str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET, "--notebook-memory", NOTEBOOK_MEMORY],
+    proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", "subs", "--out", "report/report.csv",
+                           "--timeout", str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET,
+                           "--notebook-memory", NOTEBOOK_MEMORY],
                           cwd=course, env=env, capture_output=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text(encoding="utf-8")
@@ -186,7 +187,8 @@ def test_rows_decided_survive_a_grader_that_is_killed(tmp_path):
     shutil.copy2(SUBMISSIONS / "alice.md", subs / "a_alice.md")
     shutil.copy2(SUBMISSIONS / "frank.md", subs / "b_frank.md")   # never finishes
     out = tmp_path / "report" / "r.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "lib.grading.grader", str(subs), "--out", str(out), "--timeout", "300"],
+    proc = subprocess.Popen([sys.executable, "-m", "lib.grading.grader", str(subs), "--out", str(out),
+                             "--timeout", "300"],
                             cwd=lib.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     partial = out.with_name("r.csv.partial")
     try:
@@ -304,8 +306,8 @@ def test_the_sandbox_stops_at_its_total_memory(tmp_path):
 @needs_sandbox
 def test_the_writable_folder_is_a_capped_tmpfs(tmp_path):
     code = ("import os\nn = 0\ntry:\n    with open('big', 'wb') as f:\n        for _ in range(300):\n"
-            "            f.write(b'x' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    print('stopped', e.errno)\n"
-            "print(n)")
+            "            f.write(b'x' * (1 << 20)); f.flush(); n += 1\n"
+            "except OSError as e:\n    print('stopped', e.errno)\nprint(n)")
     result = _in_sandbox(tmp_path, code, sandbox.Limits(wall_s=60, work_bytes=64 << 20))
     assert b"stopped 28" in result.stdout and int(result.stdout.split()[-1]) <= 64, result   # ENOSPC
     assert not list(tmp_path.glob("w*/big")), "the file reached the host's folder"
@@ -419,3 +421,33 @@ def test_what_the_copy_leaves_out_does_answer_its_exercise(monkeypatch):
         case = prepare_case(exercise, size, np.random.default_rng(0))
         result = judge(case, execute_case(fn, case.public()))
         assert result.passed, (exercise, result.message)
+
+
+def test_the_grader_caps_its_own_memory_and_its_sandboxes_lift_that_cap(tmp_path):
+    """--grader-memory: past it an allocation in the grader fails with MemoryError (one check fails, not the
+    run); a notebook on a GPU, which has no address-space limit of its own, does not inherit the grader's."""
+    code = f"""
+import resource, sys
+import numpy as np
+from pathlib import Path
+from lib.grading.grader import folder, sandbox
+limit = folder.limit_own_memory(256 << 20)
+try:
+    np.ones(1 << 28)   # 2 GiB
+    print("allocated")
+except MemoryError:
+    print("MemoryError")
+work, root = Path({str(tmp_path)!r}) / "w", Path({str(tmp_path)!r}) / "r"
+work.mkdir(); root.mkdir()
+r = sandbox.run([sandbox.python_executable(), "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"],
+                workdir=work, new_root=root, hide=[{str(tmp_path)!r}, "/root", "/home", "/work"],
+                expose=sandbox.python_paths(Path({str(lib.ROOT)!r})), env={{"PATH": "/usr/bin:/bin"}},
+                limits=sandbox.Limits(wall_s=60, memory_bytes=None),
+                sandboxed=sandbox.probe(Path({str(tmp_path)!r}) / "p") is None)
+print("child", r.stdout.decode().strip(), resource.RLIM_INFINITY)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=lib.ROOT, capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.strip().splitlines()
+    assert "MemoryError" in lines, proc.stdout + proc.stderr[-2000:]
+    child = next(line for line in lines if line.startswith("child")).split()
+    assert child[1] == child[2], lines   # the notebook's soft limit is the hard one again (unlimited)

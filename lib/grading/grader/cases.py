@@ -265,9 +265,11 @@ class Planner:
                                                           partials=False)
         if decisive is not None and work(self.ex.grow(size, decisive)) <= DECISIVE_FACTOR * self.work_cap:
             self._forced = True
-            self.notes.append("one size was checked past the largest the simulator checks for this exercise: "
-                              "the smallest that reaches past your launch")
-            return self.ex.grow(size, decisive)
+            reach = self.ex.grow(size, decisive)
+            if work(reach) > self.work_cap:
+                self.notes.append("one size was checked past the largest the simulator checks for this exercise: "
+                                  "the smallest that reaches past your launch")
+            return reach
         largest = self._largest_within(size, self.work_cap)
         note = ("larger sizes were not checked: your launches call for sizes past the largest the simulator "
                 f"checks for this exercise ({_work_label(self.work_cap)} elements of work); a GPU checks larger ones")

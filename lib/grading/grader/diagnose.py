@@ -63,16 +63,17 @@ def launch_fault(fixed: list[dict], wrong: np.ndarray, unwritten: np.ndarray | N
             for k, what in ((threads, "threads"), (blocks, "blocks"), (gx * bx, "threads along x"),
                             (gy * by, "threads along y")):
                 if 0 < k < shape[0]:
+                    unit = "rows" if wrong.ndim == 2 else "matrices of the batch"
                     candidates.append((np.broadcast_to(rows < k, shape),
-                                       f"its {k} {what} reach only the first {k} rows"))
+                                       f"its {k} {what} reach only the first {k} {unit}"))
         if wrong.ndim in (2, 3):
             cy, cx = gy * by, gx * bx
             r_idx = np.arange(shape[-2]).reshape(-1, 1)
             c_idx = np.arange(shape[-1]).reshape(1, -1)
             rect = np.broadcast_to((r_idx < cy) & (c_idx < cx), shape)
             if (cy < shape[-2] or cx < shape[-1]) and rect.any():
-                candidates.append((rect, f"its {cy} × {cx} threads (y × x) reach only rows 0..{min(cy, shape[-2]) - 1} "
-                                         f"and columns 0..{min(cx, shape[-1]) - 1}"))
+                candidates.append((rect, f"its {cy} × {cx} threads (y × x) reach only rows "
+                                         f"0..{min(cy, shape[-2]) - 1} and columns 0..{min(cx, shape[-1]) - 1}"))
         for covered, reach in candidates:
             if np.array_equal(wrong, ~covered):
                 how = ("never written" if unwritten is not None and np.array_equal(unwritten, wrong)
