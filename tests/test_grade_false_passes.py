@@ -146,9 +146,9 @@ def _softmax_thread_per_row(x, out):
             out[r, c] = math.exp(x[r, c] - m) / total
 
 
-def test_softmax_with_one_block_of_64_fails_and_names_the_fixed_launch():
+def test_softmax_with_one_block_of_64_fails_and_names_the_mistake():
     report = grade("softmax_rows", lambda x, out: _softmax_thread_per_row[1, 64](x, out))
-    _assert_fails(report, "_softmax_thread_per_row[1, 64] is the same at every size")
+    _assert_fails(report, "_softmax_thread_per_row[1, 64]", "past the threads you launched")
 
 
 @cuda.jit
@@ -179,7 +179,43 @@ def _attention_thread_per_row(q, k, v, out):
 
 def test_attention_with_one_block_of_64_fails():
     report = grade("attention", lambda q, k, v, out: _attention_thread_per_row[1, 64](q, k, v, out))
-    _assert_fails(report, "_attention_thread_per_row[1, 64] is the same at every size")
+    _assert_fails(report, "_attention_thread_per_row[1, 64]", "past the threads you launched")
+
+
+@cuda.jit
+def _causal_thread_per_query(q, k, v, out):
+    i = cuda.threadIdx.x  # one block: queries past blockDim are never computed
+    m, n, d = q.shape[0], k.shape[0], q.shape[1]
+    if i >= m:
+        return
+    last = n - m + i
+    best = float32(-math.inf)
+    for j in range(last + 1):
+        s = float32(0)
+        for c in range(d):
+            s += q[i, c] * k[j, c]
+        best = max(best, s / math.sqrt(float32(d)))
+    for c in range(d):
+        out[i, c] = 0
+    total = float32(0)
+    for j in range(last + 1):
+        s = float32(0)
+        for c in range(d):
+            s += q[i, c] * k[j, c]
+        p = math.exp(s / math.sqrt(float32(d)) - best)
+        total += p
+        for c in range(d):
+            out[i, c] += p * v[j, c]
+    for c in range(d):
+        out[i, c] /= total
+
+
+def test_causal_attention_with_a_thread_per_query_in_one_block_fails():
+    """Queries and keys grow together; a thread per query needs more queries than the launch has threads,
+    which the planner once never reached within its cap (rows x keys counted as the launch's reach)."""
+    report = grade("causal_attention", lambda q, k, v, out: _causal_thread_per_query[1, 64](q, k, v, out))
+    _assert_fails(report, "_causal_thread_per_query[1, 64]")
+    assert max(c.size[0] for c in report.cases) > 64
 
 
 def test_a_small_work_cap_still_checks_past_a_fixed_launch(monkeypatch):
@@ -189,7 +225,7 @@ def test_a_small_work_cap_still_checks_past_a_fixed_launch(monkeypatch):
 
     monkeypatch.setattr(cases, "SIM_WORK_SCALE", 0.3)
     report = grade("attention", lambda q, k, v, out: _attention_thread_per_row[1, 64](q, k, v, out))
-    _assert_fails(report, "_attention_thread_per_row[1, 64] is the same at every size",
+    _assert_fails(report, "_attention_thread_per_row[1, 64]", "past the threads you launched",
                   "one size was checked past the largest the simulator checks")
 
 
@@ -234,9 +270,9 @@ def _matmul_at_fixed(a, b, c):
 
 def test_fixed_8x8_grid_of_16x16_blocks_fails_for_outer_product_and_matmul():
     report = grade("outer_product", lambda x, y, out: _outer_fixed[(8, 8), (16, 16)](x, y, out))
-    _assert_fails(report, "_outer_fixed[8x8, 16x16] is the same at every size")
+    _assert_fails(report, "_outer_fixed[8x8, 16x16]", "outside the grid you launched")
     report = grade("matmul_at", lambda a, b, c: _matmul_at_fixed[(8, 8), (16, 16)](a, b, c))
-    _assert_fails(report, "_matmul_at_fixed[8x8, 16x16] is the same at every size")
+    _assert_fails(report, "_matmul_at_fixed[8x8, 16x16]", "outside the grid you launched")
 
 
 # --- races, host answers, the book's kernels, code that would not compile for a GPU -------------------

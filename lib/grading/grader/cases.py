@@ -172,7 +172,7 @@ class CaseResult:
     tolerance: str = ""
     mistake: str = ""             # the name of the known variant the output matches, if any
     observed_hint: str = ""       # what was observed, without naming a mistake (lib.grading.grader.diagnose)
-    models: dict = field(default_factory=dict)   # variant name -> its model reproduces this output (or not)
+    models: dict = field(default_factory=dict)   # variant name -> how its model compares (model_verdicts)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -313,15 +313,24 @@ class Planner:
             if have < blocks:
                 factor = max(factor, margin * blocks / max(have, 1))
         per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
+        bigger = self.ex.grow(size, 2.0)
+        parallel = [d for d, b in zip(size, bigger) if b > d] or [units]
+        dims = len(parallel)
         for r in fixed:
             need = max(fixed_multiple * launch_threads(r),
                        1.1 * launch_threads(r) * per_block if growing and partials else 0)
             if units < need:
                 factor = max(factor, need / units)
+            # A launch that stays the same may give a thread to a row (one query, one softmax row) rather than
+            # to an element: its reach is then its threads (its widest side, for a 2-D launch) along one
+            # dimension, and the smallest dimension that grows must pass it.
+            (gx, gy, gz), (bx, by, bz) = [tuple(list(v) + [1] * (3 - len(v))) for v in (r["grid"], r["block"])]
+            side = launch_threads(r) if gy * by == 1 and gz * bz == 1 else max(gx * bx, gy * by, gz * bz)
+            if dims > 1 and min(parallel) < 1.1 * side:
+                factor = max(factor, (1.1 * side / min(parallel)) ** dims)
         if factor <= 1.0:
             return None
         # the parallel dimensions grow by the factor's root when there are several of them
-        dims = sum(1 for a, b in zip(size, self.ex.grow(size, 2.0)) if b > a) or 1
         return max(factor ** (1.0 / dims) * 1.1, 1.5)
 
 
@@ -552,7 +561,7 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
     result.observed_hint = observed_hint(case, bad, own, fixed, written, swapped_xy=swapped)
     result.hint = result.observed_hint
     result.models = model_verdicts(ex, case, execution, tol)
-    mistake = name_mistake(ex, [n for n, ok in result.models.items() if ok])
+    mistake = name_mistake(ex, [n for n, said in result.models.items() if said == REPRODUCES])
     if mistake is not None and not any(launch_threads(r) == 0 for r in own):
         result.mistake, result.hint = mistake
     return result
@@ -599,17 +608,25 @@ def fixed_launches(runs) -> list[dict]:
     return [r for r in runs[-1][1] if _config(r) in common]
 
 
-def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[str, bool]:
-    """For each known-wrong variant whose model says something on this case: whether it reproduces the
-    student's output (True) or not (False). A model is asked for each fill the output had (NaN, then SENTINEL
-    when there was a second run), with ``fill=`` when it takes one; it reproduces the output when, for every
-    fill it can model, its output equals the student's within the check's own bound. A model that declines
-    (None), or that is right on these inputs (it equals the reference: it tells nothing), is left out."""
+REPRODUCES, SAME_ELEMENTS, DIFFERS = "reproduces", "same elements", "differs"
+
+
+def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[str, str]:
+    """For each known-wrong variant whose model says something on this case, how it compares with the
+    student's output: REPRODUCES (every element within the check's own bound), SAME_ELEMENTS (wrong in
+    exactly the same elements, but values outside that bound: a model that is exact only at small sizes, such
+    as a sum added onto the fill, whose rounding grows with the size) or DIFFERS (other elements are wrong, or,
+    at a size the student passed, the mistake would have failed). A model is asked for each fill the output
+    had (NaN, then SENTINEL when there was a second run), with ``fill=`` when it takes one. A model that
+    declines (None), or that is right on these inputs (it equals the reference: it tells nothing), is left
+    out. A mistake is named on a case where it REPRODUCES, and only if no size checked DIFFERS
+    (lib.grading.grader.report.verdict)."""
     scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
+    actual_bad = [compare(actual, case.expected, tol.rtol, tol.atol, scale) for actual in execution.outputs]
     found = {}
     for v in variants(ex.id):
         verdicts = []
-        for fill, actual in zip(execution.fills, execution.outputs):
+        for fill, actual, bad in zip(execution.fills, execution.outputs, actual_bad):
             try:
                 try:
                     model = v.model(*case.inputs, execution.launches, fill=fill)
@@ -620,11 +637,18 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             if model is None or np.shape(model) != actual.shape:
                 continue
             model = np.asarray(model, dtype=np.float64)
-            if compare(model, case.expected, tol.rtol, tol.atol, scale) is None:
+            model_bad = compare(model, case.expected, tol.rtol, tol.atol, scale)
+            if model_bad is None:
                 continue
-            verdicts.append(compare(actual, model, tol.rtol, tol.atol, scale) is None)
+            if compare(actual, model, tol.rtol, tol.atol, scale) is None:
+                verdicts.append(REPRODUCES)
+            elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask):
+                verdicts.append(SAME_ELEMENTS)
+            else:
+                verdicts.append(DIFFERS)
         if verdicts:
-            found[v.name] = all(verdicts)
+            found[v.name] = (DIFFERS if DIFFERS in verdicts else SAME_ELEMENTS if SAME_ELEMENTS in verdicts
+                             else REPRODUCES)
     return found
 
 

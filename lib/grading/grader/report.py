@@ -185,11 +185,11 @@ def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *
 
 
 def _confirm_mistakes(results: list[CaseResult], exercise: str):
-    """A known mistake stays named on a case only if its model reproduced every size checked where it said
-    anything: a size where the student's output differs from what the mistake gives (a size that passed,
-    where the mistake would have failed, or a failed size with other wrong values) rules it out. A case whose
-    every named mistake is ruled out says what was observed instead (CaseResult.observed_hint)."""
-    ruled_out = {name for c in results for name, reproduced in c.models.items() if not reproduced}
+    """A known mistake stays named on a case only if no size checked contradicts its model: a size that
+    passed, where the mistake would have failed, or a failed size whose wrong elements are not the ones the
+    mistake gets wrong, rules it out (lib.grading.grader.cases.model_verdicts). A case whose every named
+    mistake is ruled out says what was observed instead (CaseResult.observed_hint)."""
+    ruled_out = {name for c in results for name, said in c.models.items() if said == "differs"}
     for c in results:
         if c.passed or not c.mistake:
             continue
