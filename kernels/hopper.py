@@ -573,7 +573,7 @@ def resources_table(folder=None):
     df = df[df["kernel"].str.endswith("_f16")].set_index("kernel")
     df.index = [k.removeprefix("gemm_").removesuffix("_f16") for k in df.index]
     df = df[["registers", "spill_bytes", "hgmma", "utmaldg", "syncs", "setmaxreg", "hidden_warnings"]]
-    return df.rename(columns={"spill_bytes": "spills", "hidden_warnings": "C7510/C7508"})
+    return df.rename(columns={"registers": "regs", "spill_bytes": "spills", "hidden_warnings": "warnings"})
 
 
 def ncu_table(folder=None):

@@ -487,3 +487,44 @@ def test_widgets_render_in_the_dark_theme(visit, shots, doc):
     assert contrast["ratio"] >= 4.5, f"{doc}: widget text {contrast} in the dark theme"
     assert not v.settle(), v.problems
 
+
+
+# --- The Hopper chapter's swizzle and descriptor explorer (lib/widgets/swizzle.js vs lib.hw.wgmma_layout) ---------
+
+SWIZZLE_STATES = [  # (mode, element bytes, rows, element row, element k, accumulator N, thread)
+    ("128B", 2, 16, 3, 9, 64, 37), ("none", 2, 64, 45, 13, 256, 127), ("none", 4, 32, 9, 5, 8, 5),
+    ("64B", 4, 8, 7, 15, 128, 64), ("32B", 2, 64, 62, 11, 16, 96)]
+SWIZZLE_ELEMENT = re.compile(r"A\[(\d+)\]\[(\d+)\] → byte (\d+) \(0x[0-9a-f]+\), bank (\d+), 16-byte chunk (\d+) ")
+SWIZZLE_OWNED = re.compile(r"c(\d+) → C\[(\d+)\]\[(\d+)\]")
+
+
+def test_swizzle_explorer_is_live(visit):
+    from lib.widgets import swizzle
+
+    v = visit("chapters/hopper.html")
+    box = widget(v.page)
+    for mode, item, rows, r, k, n, thread in SWIZZLE_STATES:
+        control(box, "swizzle", "select").select_option(mode)
+        control(box, "element bytes", "select").select_option(str(item))
+        control(box, "rows", "select").select_option(str(rows))
+        kelems = int(control(box, "K elements", "select").input_value())
+        assert kelems in swizzle.k_choices(mode, item), f"{mode}, {item} B: K = {kelems}"
+        control(box, "element row", "input").fill(str(r))
+        control(box, "element k", "input").fill(str(k))
+        control(box, "accumulator N", "select").select_option(str(n))
+        control(box, "thread", "input").fill(str(thread))
+        where = f"{mode}, {item}-byte elements, {rows} × {kelems}, A[{r}][{k}], N {n}, thread {thread}"
+        text = box.inner_text()
+        m = SWIZZLE_ELEMENT.search(text)
+        assert m, f"{where}: no element readout in the widget's text:\n{text[:500]}"
+        want = swizzle.element(mode, rows, kelems, item, r, k)
+        shown = tuple(int(x) for x in m.groups())
+        assert shown == (r, k, want["byte"], want["bank"], want["chunk"]), f"{where}: shown {shown}, Python {want}"
+        desc = re.search(r"descriptor of wgmma K step 0: .*?= (0x[0-9a-f]{16})", text)
+        if kelems * item >= 32:
+            assert desc and int(desc[1], 16) == swizzle.step_descriptor(mode, rows, kelems, item, 0, 0), \
+                f"{where}: descriptor {desc and desc[1]}"
+        owned = [(int(i), int(a), int(b)) for i, a, b in SWIZZLE_OWNED.findall(text)]
+        expected = swizzle.thread_elements(n, thread)
+        assert owned and owned == [(i, *expected[i]) for i in range(len(owned))], f"{where}: owned {owned[:8]}"
+    assert not v.settle(), v.problems

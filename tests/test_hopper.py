@@ -254,3 +254,50 @@ def test_a_wgmma_missing_threads_of_its_warpgroup_deadlocks_by_name():
     with pytest.raises(simulator.DeadlockError, match="wgmma_m64n8k16_f16 of threads 0-127: threads 127 have "
                        "not arrived"):
         partial_warpgroup[1, 128](cuda.device_array(128, np.float32))
+
+
+@cuda.jit
+def _early_wait_kernel(tmap, out):
+    """Thread 0 writes 7 into a slot, starts a TMA copy of ones into it, then waits on the fresh barrier
+    with parity 1 (which passes at once: the wrong parity) and reads the slot; then waits with parity 0 and
+    reads it again; with a third output, it releases the slot (an arrival on a second barrier) and waits for
+    parity 0 again, as a consumer whose parity does not flip would."""
+    slot = cuda.shared.array(32 + 32, np.float32)
+    bars = cuda.shared.array(2, int64)
+    base = hopper.smem_u32(slot)
+    pad = ((128 - (base & 127)) & 127) // 4
+    bar = hopper.smem_u32(bars)
+    if cuda.threadIdx.x == 0:
+        for i in range(32):
+            slot[pad + i] = 7.0
+        hopper.mbar_init(bar, 1)
+        hopper.mbar_init(bar + 8, 1)
+        hopper.fence_mbarrier_init()
+        hopper.mbar_arrive_expect_tx(bar, 128)
+        hopper.tma_load_2d(base + 4 * pad, tmap, 0, 0, bar)
+        while hopper.mbar_try_wait(bar, 1) == 0:
+            pass
+        out[0] = slot[pad]
+        while hopper.mbar_try_wait(bar, 0) == 0:
+            pass
+        out[1] = slot[pad]
+        while hopper.mbar_try_wait(bar, 0) == 0:   # the same phase again, before releasing: legal, at once
+            pass
+        if out.shape[0] > 2:          # released, then waiting for the phase it has already passed
+            hopper.mbar_arrive(bar + 8)
+            while hopper.mbar_try_wait(bar, 0) == 0:
+                pass
+
+
+@simulator_only
+def test_a_wait_that_passes_at_once_does_not_deliver_the_copy():
+    """A wait for a parity whose last phase already completed returns at once on the GPU, before the copy
+    lands: the twin must not hand the thread the copy's bytes there (it would pass a kernel that reads
+    them too early). Waiting again for a phase already passed is harmless before the thread releases the
+    slot, and named as a race after."""
+    tmap = hopper.tensor_map_2d(cuda.to_device(np.ones((1, 32), np.float32)), 1, 32, "none")
+    out = cuda.device_array(2, np.float32)
+    _early_wait_kernel[1, 32](tmap, out)
+    assert out.copy_to_host().tolist() == [7.0, 1.0]
+    with pytest.raises(simulator.SimulatorError, match=r"race: thread 0 waits again for a phase of the mbarrier"):
+        _early_wait_kernel[1, 32](tmap, cuda.device_array(3, np.float32))

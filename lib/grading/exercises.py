@@ -482,6 +482,34 @@ def _mma_tile_tolerance(a, b, expected, launch=None):
                      note="TF32 operands (2^-11 each) and 8 float32 additions, relative to |a| @ |b|.T")
 
 
+# --- pv_tile (FlashAttention-3 page) ------------------------------------------------------------------------
+F16_U = 2.0 ** -11  # unit roundoff of FP16
+
+
+def _pv_tile_inputs(size, rng):
+    """p (T, 128, 32): probabilities in [0, 1) as the accumulator registers of an m64n64 tile (register i of
+    thread tid is element lib.runtime.hopper.acc_element(tid, i)); v (T, 64, 64) uniform in [-1, 1]."""
+    (tiles,) = size
+    return _uniform(rng, (tiles, 128, 32), 0.0, 1.0), _uniform(rng, (tiles, 64, 64))
+
+
+def _pv_tile_matrix(p):
+    """(T, 64, 64) float64: P from its accumulator layout."""
+    from lib.runtime.hopper import acc_owner
+
+    rows, cols = acc_owner(64)
+    out = np.zeros((p.shape[0], 64, 64))
+    out[:, rows, cols] = np.asarray(p, np.float64)
+    return out
+
+
+def _pv_tile_tolerance(p, v, expected, launch=None):
+    """P and V rounded to FP16 (2^-11 relative each), float32 sums of 64 products: relative to |P| @ |v|."""
+    return Tolerance(rtol=2.1 * F16_U + k_scaled_rtol(64),
+                     scale=np.abs(_pv_tile_matrix(p)) @ np.abs(np.asarray(v, np.float64)),
+                     note="FP16 operands (2^-11 each) and 64 float32 additions, relative to |P| @ |v|")
+
+
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("vector_add", "vector_add(a, b, out)", "out[i] = a[i] + b[i] for every i (1-D float32)",
              make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
@@ -653,8 +681,60 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64).transpose(0, 2, 1),
              tolerance=_mma_tile_tolerance, grow=_grow_dims(0),
              sim_work=800, sim_cases=((1,), (3,), (37,)), gpu_cases=((1,), (37,), (100_003,))),
+    Exercise("pv_tile", "pv_tile(p, v, out)",
+             "out[t] = P[t] @ v[t] for a batch of 64 × 64 tiles, P given in the accumulator layout of an m64n64 "
+             "wgmma (p[t, tid, i] is register i of thread tid): one warpgroup per tile, P converted in registers "
+             "to the A operand of lib.runtime.hopper.wgmma_rs_m64n64k16_f16_tb, v stored MN-major with the 128B "
+             "swizzle",
+             make_inputs=_pv_tile_inputs, out_shape=lambda p, v: v.shape,
+             reference=lambda p, v: _pv_tile_matrix(p) @ np.asarray(v, np.float64),
+             tolerance=_pv_tile_tolerance, grow=_grow_dims(0),
+             sim_cases=((1,), (3,)), gpu_cases=((1,), (37,), (5000,))),
 ]}
 
+
+
+# --- wgmma_tile and ring_copy (Hopper chapter) -------------------------------------------------------------
+def _fp16_bits(rng, shape):
+    """FP16 values uniform in [-1, 1], as their int16 bit patterns (the chapter's 16-bit inputs)."""
+    return rng.uniform(-1.0, 1.0, size=shape).astype(np.float16).view(np.int16)
+
+
+def _fp16_values(bits):
+    return np.asarray(bits, np.int16).view(np.float16).astype(np.float64)
+
+
+def _wgmma_tile_inputs(size, rng):
+    (tiles,) = size
+    return _fp16_bits(rng, (tiles, 64, 16)), _fp16_bits(rng, (tiles, 64, 16))
+
+
+def _wgmma_tile_tolerance(a, b, expected, launch=None):
+    """FP16 products are exact in float32; the 16 of each dot product are added in float32 (K-scaled),
+    relative to |a| @ |b|.T."""
+    a, b = _fp16_values(a), _fp16_values(b)
+    return Tolerance(rtol=k_scaled_rtol(16), scale=np.abs(a) @ np.abs(b).transpose(0, 2, 1),
+                     note="16 exact FP16 products added in float32, relative to |a| @ |b|.T")
+
+
+EXERCISES.update({e.id: e for e in [
+    Exercise("wgmma_tile", "wgmma_tile(a, b, out)",
+             "out[t] = a[t] @ b[t].T for FP16 tiles a, b (T, 64, 16) given as int16 bit patterns, out (T, 64, 64) "
+             "float32: one warpgroup (128 threads) per tile stages a[t] and b[t] in shared memory in the "
+             "no-swizzle K-major layout, builds both descriptors with lib.runtime.hopper.make_desc and issues one "
+             "wgmma_m64n64k16_f16",
+             make_inputs=_wgmma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 64, 64),
+             reference=lambda a, b: _fp16_values(a) @ _fp16_values(b).transpose(0, 2, 1),
+             tolerance=_wgmma_tile_tolerance, grow=_grow_dims(0),
+             sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
+    Exercise("ring_copy", "ring_copy(x, out)",
+             "out = x for x (M, 32) float32, streamed through shared memory: per block, one thread issues TMA "
+             "copies of 16 × 32 boxes (lib.runtime.hopper.tma_load_2d) into a ring of two slots and one warp "
+             "copies each slot out, with a full and an empty mbarrier per slot; four tiles per block",
+             make_inputs=lambda size, rng: (_uniform(rng, (size[0], 32)),), out_shape=lambda x: x.shape,
+             reference=lambda x: np.asarray(x, np.float64), tolerance=_exact, grow=_grow_dims(0),
+             sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
+]})
 
 # Exercises no page asks for any more: each is answered by a kernel in kernels/ (the pages ask for a variation
 # instead: sum_of_squares, segmented_scan, scan_reverse, log_softmax_rows, causal_attention). They stay

@@ -17,7 +17,10 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
   ``mbar_try_wait(bar, parity)`` returns 1 once the phase of that parity completed; until then the thread
   waits (no spinning), and when every thread of the block waits the deadlock report names each barrier,
   its phase, the arrivals and the bytes it still misses. More bytes delivered than ``expect_tx`` announced
-  is an error naming the barrier.
+  is an error naming the barrier. A wait for a parity whose last phase already completed returns at once
+  without delivering the current phase's copies (they may be in flight on a GPU), and a thread that waits
+  again for a completed phase it has already waited for, after arriving on a barrier since (a parity that
+  does not flip round the ring), is reported as a race.
 * **TMA copies** (``tma_load_2d``) read their box from global memory at issue (zero fill outside the
   tensor, as the hardware's OOB fill) and write shared memory when the copy is *delivered*: at the latest
   when a thread waits on the copy's mbarrier, so a kernel that reads the tile before waiting reads stale
@@ -26,13 +29,10 @@ with the hardware's semantics, as far as they are known (measured on the H200, s
 * ``setmaxnreg_inc/dec`` are warpgroup collectives that check the count; ``named_barrier_sync(id, n)``
   waits for n threads (whole warps) at barrier id.
 
-Layout truth. The swizzle (:func:`swizzle`), the shared-memory image of a TMA box (:func:`tma_box_offsets`),
-the addresses a wgmma operand descriptor names (:func:`operand_addresses`), the descriptor's bit fields
-(:func:`make_descriptor`, :func:`decode_descriptor`) and the accumulator's owner of each element
-(:func:`acc_element`) live here and nowhere else: the twins, the tests, the chapter and the kernels' device
-function :func:`make_desc` all use them. Every one of them was checked on the H200 (128B/64B/32B and no
-swizzle, FP16/BF16/TF32, m64nNk16 for N = 8, 64, 256; TMA's image of a 128B-swizzled box equals the layout
-wgmma reads).
+Layout truth. The swizzle, the shared-memory image of a TMA box, the addresses a wgmma operand descriptor
+names, the descriptor's bit fields and the accumulator's owner of each element live in :mod:`lib.hw.wgmma_layout`
+(no numba, so the widget's tests and the site can use them too) and nowhere else; this module re-exports them,
+and the twins, the tests, the chapter and the kernels' device function :func:`make_desc` all use them.
 
 Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma reads (only TMA writes are checked),
 reading the accumulator before ``wgmma_wait`` (the twin's result is final at once), clusters and TMA
@@ -51,113 +51,12 @@ from pathlib import Path
 import numpy as np
 from numba import cuda
 
+from lib.hw.wgmma_layout import (  # noqa: F401  (re-exported: the layout truth lives in lib.hw)
+    K_PER_WGMMA, KINDS, N_SIZES, SWIZZLE_MASK, SWIZZLE_MODES, SWIZZLE_SPAN, WARPGROUP, acc_element, acc_owner,
+    decode_descriptor, kmajor_layout, make_descriptor, operand_addresses, swizzle, tf32_truncate, tma_box_offsets)
 from lib.mode import SIMULATOR
 
-WARPGROUP = 128
-SWIZZLE_MODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}   # the descriptor's 2-bit field (bits 62-63)
-SWIZZLE_SPAN = {"none": 0, "128B": 128, "64B": 64, "32B": 32}  # bytes per swizzled row
-SWIZZLE_MASK = {"none": 0, "128B": 7, "64B": 3, "32B": 1}
-KINDS = {"f16": 2, "bf16": 2, "tf32": 4}                    # operand bytes per element
-K_PER_WGMMA = {"f16": 16, "bf16": 16, "tf32": 8}             # 32 bytes of K per instruction in all three
-N_SIZES = (8, 16, 32, 64, 128, 256)
 SMEM_WINDOW = 232448                                         # bytes of shared memory a block may use (H200)
-
-
-# --- layout truth (pure Python / numpy: twins, tests, widget, chapter) ---------------------------------
-def swizzle(addr, mode: str):
-    """The shared-memory address a swizzled access really touches: the 16-byte chunk bits [4, 7) of the
-    address are XORed with bits [7, 10) (128B), [7, 9) (64B), bit 7 (32B). Absolute address bits: a tile
-    must start on a 1024/512/256-byte boundary for its rows to swizzle as its own row numbers."""
-    if mode not in SWIZZLE_MODES:
-        raise ValueError(f"swizzle mode must be one of {sorted(SWIZZLE_MODES)}, got {mode!r}")
-    if mode == "none":
-        return addr
-    return addr ^ (((addr >> 7) & SWIZZLE_MASK[mode]) << 4)
-
-
-def tma_box_offsets(rows: int, row_bytes: int, mode: str) -> np.ndarray:
-    """offsets[r, b]: the byte offset from the (atom-aligned) destination at which a TMA tensor copy writes
-    byte b of box row r. Rows are row_bytes apart; swizzled modes need row_bytes == the swizzle span."""
-    if mode != "none" and row_bytes != SWIZZLE_SPAN[mode]:
-        raise ValueError(f"a {mode}-swizzled box row must be exactly {SWIZZLE_SPAN[mode]} bytes, not {row_bytes}")
-    lin = np.arange(rows)[:, None] * row_bytes + np.arange(row_bytes)[None, :]
-    return swizzle(lin, mode)
-
-
-def kmajor_layout(rows: int, kelems: int, itemsize: int, mode: str):
-    """Element offsets (rows × kelems) of a K-major operand tile that wgmma reads with the descriptor
-    fields (lbo, sbo) returned, and the byte step of one instruction's K (32 bytes).
-
-    none: 8-row × 16-byte core matrices stored whole (128 B), K-adjacent cores LBO = 128 B apart, 8-row
-    groups SBO apart. 128B/64B/32B: rows of exactly the swizzle span (= TMA's image of a box of that width),
-    8-row atoms SBO = 8 × span apart, LBO unused (16)."""
-    r = np.arange(rows)[:, None]
-    k = np.arange(kelems)[None, :]
-    if mode == "none":
-        per_core = 16 // itemsize
-        lbo, sbo = 128, 128 * (kelems // per_core)
-        byte = (r % 8) * 16 + (k // per_core) * lbo + (r // 8) * sbo + (k % per_core) * itemsize
-    else:
-        span = SWIZZLE_SPAN[mode]
-        if kelems * itemsize != span:
-            raise ValueError(f"a {mode}-swizzled K-major tile holds {span} bytes of K per row, not "
-                             f"{kelems * itemsize}")
-        byte = tma_box_offsets(rows, span, mode)[:, ::itemsize][:, :kelems]
-        lbo, sbo = 16, 8 * span
-    return (byte // itemsize).astype(np.int64), lbo, sbo, 32
-
-
-def make_descriptor(addr: int, lbo: int, sbo: int, mode: str) -> int:
-    """The 64-bit wgmma shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte
-    offset >> 4 in bits 16-29, stride byte offset >> 4 in bits 32-45, base offset 0 (bits 49-51), swizzle
-    mode in bits 62-63."""
-    return (((addr & 0x3FFFF) >> 4) | ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32
-            | SWIZZLE_MODES[mode] << 62)
-
-
-def decode_descriptor(desc: int) -> dict:
-    """The fields of a descriptor (as Python ints; the mode by name)."""
-    desc = int(desc) & 0xFFFFFFFFFFFFFFFF
-    mode = {v: k for k, v in SWIZZLE_MODES.items()}[desc >> 62]
-    return dict(start=(desc & 0x3FFF) << 4, lbo=((desc >> 16) & 0x3FFF) << 4, sbo=((desc >> 32) & 0x3FFF) << 4,
-                base_offset=(desc >> 49) & 7, mode=mode)
-
-
-def operand_addresses(desc: int, rows: int, kbytes: int = 32) -> np.ndarray:
-    """addr[r, b]: the shared address of byte b (of K) of row r of a K-major operand that a wgmma reads
-    through `desc`. Swizzled: rows of the span within 8-row atoms SBO apart, XOR on absolute address bits;
-    the start must lie in the first row of its atom (base offset 0: the case measured on the H200)."""
-    d = decode_descriptor(desc)
-    start, lbo, sbo, mode = d["start"], d["lbo"], d["sbo"], d["mode"]
-    r = np.arange(rows)[:, None]
-    b = np.arange(kbytes)[None, :]
-    if mode == "none":
-        return start + (r % 8) * 16 + (r // 8) * sbo + (b // 16) * lbo + b % 16
-    span = SWIZZLE_SPAN[mode]
-    if d["base_offset"] or start % (8 * span) >= span or start % span + kbytes > span:
-        raise ValueError(
-            f"wgmma descriptor starts at shared address {start:#x}, which is not in the first {span}-byte row of "
-            f"a {8 * span}-byte {mode} swizzle atom (or its {kbytes} bytes of K cross the row): only atom-aligned "
-            "tiles (base offset 0) are modelled; place the tile on a 1024-byte boundary")
-    return swizzle(start + (r % 8) * span + (r // 8) * sbo + b, mode)
-
-
-def acc_element(tid, i):
-    """(row, col) in the m64nN tile of accumulator register i of warpgroup thread tid (0-127), measured:
-    warp w = tid // 32 owns rows 16w..16w+15; g = lane // 4, t = lane % 4."""
-    w, lane = tid // 32, tid % 32
-    g, t = lane // 4, lane % 4
-    return 16 * w + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t + (i & 1)
-
-
-def acc_owner(n: int):
-    """(row, col) arrays of shape (128, n / 2): element i of thread tid's accumulator."""
-    return acc_element(np.arange(WARPGROUP)[:, None], np.arange(n // 2)[None, :])
-
-
-def tf32_truncate(x) -> np.ndarray:
-    """float32 with its low 13 mantissa bits cleared: what the H200's wgmma makes of TF32 operands."""
-    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 def _check_shape(n: int, kind: str):
@@ -274,6 +173,8 @@ def _gpu_tensor_map(array, box_rows, box_cols, mode):
 
 # --- ptxas's view of a kernel (GPU machines) -------------------------------------------------------------
 HIDDEN_WARNINGS = {"C7510": "wgmma serialized: ptxas inserted waits between the warpgroup MMAs",
+                   "C7513": "wgmma serialized: a non-wgmma instruction defines a wgmma input register inside its "
+                            "pipeline stage (ptxas says it as 'info', not 'warning')",
                    "C7508": "setmaxnreg ignored: the kernel needs a register cap at entry (launch_bounds)"}
 SASS_OPS = r"\b(HGMMA[.A-Z0-9x]*|UTMALDG[.A-Z0-9]*|UTMASTG[.A-Z0-9]*|SYNCS\.[A-Z0-9.]+|USETMAXREG[.A-Z0-9]*|" \
            r"WARPGROUP\.[A-Z.]+|LDL|STL|BAR\.[A-Z.]+)\b"
@@ -326,6 +227,9 @@ class _Block:
         self.uncommitted: dict[int, list] = {}   # warpgroup -> ranges read by wgmmas not yet committed
         self.rendezvous: dict = {}
         self.named: dict[int, list] = {}
+        self.written: dict[int, tuple] = {}       # array start -> (the debugger's written-mask, element bytes)
+        self.passed: dict[tuple, tuple] = {}      # (thread, mbarrier) -> (the last phase it waited for, its
+        self.arrivals: dict[int, int] = {}        # arrivals then); thread -> its arrivals on any mbarrier
 
 
 _BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -361,7 +265,15 @@ def _smem_u32_twin(arr):
         raise _sim().SimulatorError(f"the block's shared arrays need {st.next_addr} bytes; a block may use "
                                     f"{SMEM_WINDOW}")
     st.arrays.append((start, data, ptr))
+    mask = getattr(arr, "_written", None)   # the simulator's debugger's written-mask (lib.runtime.simdebug)
+    if isinstance(mask, bytearray) and len(mask) * _itemsize(arr) == data.size:
+        st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(arr))
     return np.uint32(start)
+
+
+def _itemsize(arr) -> int:
+    """The element size in bytes of a (possibly wrapped) shared array."""
+    return np.asarray(getattr(arr, "_ary", arr)).dtype.itemsize
 
 
 def _resolve(st: _Block, addr: int, nbytes: int, what: str):
@@ -383,7 +295,8 @@ class _MBarrier:
         self.pending = count
         self.expected = 0          # bytes announced by expect_tx in this phase
         self.delivered = 0         # bytes delivered in this phase
-        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label)
+        self.waited_parity = None  # the parity its waiting threads wait for (for the deadlock report)
+        self.in_flight: list = []  # copies issued, not yet delivered: (view, dst positions, bytes, label, mask)
 
     def describe(self, parity=None) -> str:
         waits = "" if parity is None else f" waiting for parity {parity}"
@@ -406,8 +319,10 @@ def _progress(b: _MBarrier, deliver: bool):
     """Deliver the barrier's copies (if asked), complete its phase if it can, wake who waits on it."""
     sim = _sim()
     if deliver:
-        for view, pos, data, _ in b.in_flight:
+        for view, pos, data, _, mask in b.in_flight:
             view[pos] = data
+            if mask is not None:   # what a copy delivers counts as written for the debugger's read check
+                mask[0][pos // mask[1]] = 1
             b.delivered += data.size
         b.in_flight.clear()
         if b.pending == 0 and b.delivered > b.expected:
@@ -420,7 +335,7 @@ def _progress(b: _MBarrier, deliver: bool):
         b.pending, b.expected, b.delivered = b.count, 0, 0
         sim.unpark(("mbar", b.addr))
     else:
-        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe())
+        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe(b.waited_parity))
 
 
 def _mbar_init_twin(bar, count):
@@ -432,11 +347,13 @@ def _mbar_init_twin(bar, count):
     if not 1 <= count < (1 << 20):
         raise ValueError(f"mbar_init: the arrival count must be in 1..2^20-1, got {count}")
     st.barriers[addr] = _MBarrier(addr, count)
+    st.passed = {key: seen for key, seen in st.passed.items() if key[1] != addr}
 
 
 def _arrive(bar, nbytes: int, what: str):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, what)
+    st.arrivals[t.thread_id] = st.arrivals.get(t.thread_id, 0) + 1
     if b.pending == 0:
         raise _sim().SimulatorError(f"{what}: more arrivals than the {b.count} the " + b.describe()
                                     + " was initialised with")
@@ -454,13 +371,34 @@ def _mbar_arrive_expect_tx_twin(bar, nbytes):
 
 
 def _mbar_try_wait_twin(bar, parity):
-    st, _ = _block()
+    st, t = _block()
     b = _barrier(st, bar, "mbar_try_wait")
     parity = int(parity) & 1
+    mine = (t.thread_id, b.addr)
+    if (b.phase & 1) != parity:
+        # The last phase of this parity has completed: the hardware returns at once. Nothing is delivered
+        # here (the current phase's copies may well still be in flight on a GPU). A thread that passes the
+        # same completed phase again after arriving on a barrier since (it released a slot, or announced a
+        # copy: it has moved on to the next round) has not flipped its parity: it goes on without waiting.
+        done, arrived = b.phase - 1, st.arrivals.get(t.thread_id, 0)
+        last = st.passed.get(mine)
+        if last is not None and last[0] == done and arrived > last[1]:
+            raise _sim().SimulatorError(
+                f"race: thread {t.thread_id} waits again for a phase of the mbarrier at shared {b.addr:#x} that it "
+                f"has already waited for, after arriving on a barrier since: mbar_try_wait(bar, {parity}) returns "
+                f"at once because the last phase of parity {parity} completed, so the thread goes on without waiting "
+                f"for the barrier's phase {b.phase} (" + b.describe() + "): it reads a slot before its bytes land, "
+                "or refills one still in use. Flip the parity each time the ring comes round: (i // STAGES) & 1 on "
+                "a full barrier, ((i // STAGES) & 1) ^ 1 on an empty one")
+        st.passed[mine] = (done, arrived)
+        return np.int32(1)
     _progress(b, deliver=True)
     while (b.phase & 1) == parity:
+        b.waited_parity = parity
         _sim().park(("mbar", b.addr), "mbar_try_wait on " + b.describe(parity))
         _progress(b, deliver=True)
+    done = b.phase - 1 if ((b.phase - 1) & 1) == parity else b.phase - 2
+    st.passed[mine] = (done, st.arrivals.get(t.thread_id, 0))
     return np.int32(1)
 
 
@@ -503,7 +441,7 @@ def _tma_load_2d_twin(dst, tmap, c0, c1, bar):
     if r0 < r1 and k0 < k1:
         box[r0 - c1:r1 - c1, k0 - c0:k1 - c0] = tm.array[r0:r1, k0:k1]
     pos = off + tma_box_offsets(tm.box_rows, row_bytes, tm.mode).reshape(-1)
-    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi)))
+    b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi), st.written.get(dst - off)))
     if sim.parked(("mbar", b.addr)):
         _progress(b, deliver=True)
 
@@ -586,7 +524,7 @@ def _wgmma_twin(n: int, kind: str):
             lo, hi = int(addr.min()), int(addr.max()) + 1
             view, off = _resolve(st, lo, hi - lo, op)
             for copy_bar in st.barriers.values():
-                for _, _, _, (clo, chi) in copy_bar.in_flight:
+                for _, _, _, (clo, chi), _ in copy_bar.in_flight:
                     if clo < hi and lo < chi:
                         raise sim.SimulatorError(
                             f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
@@ -955,3 +893,321 @@ __all__ = sorted(_FUNCTIONS) + [
     "make_desc", "swizzle", "tma_box_offsets", "kmajor_layout", "make_descriptor", "decode_descriptor",
     "operand_addresses", "acc_element", "acc_owner", "tf32_truncate", "wgmma_name", "tensor_map_2d",
     "TensorMap", "ptxas_report", "sass_counts", "SWIZZLE_MODES", "KINDS", "K_PER_WGMMA", "N_SIZES", "WARPGROUP"]
+
+
+# =========================================================================================================
+# FlashAttention-3's additions (issue 29): wgmma with A from registers ("RS"), B read MN-major (imm-trans-b,
+# the form P·V needs when V is stored row-major), the float32 -> 16-bit pair conversion that turns an
+# accumulator fragment into an A fragment, exp2.approx, and bar.arrive (named_barrier_arrive: count at a
+# named barrier without waiting, the other half of a ping-pong of turns). Each with its simulator twin.
+# =========================================================================================================
+B16_KINDS = ("f16", "bf16")          # RS and transposed-B forms: 16-bit inputs only (PTX: no trans for TF32)
+
+
+def a_fragment_element(tid, reg, half):
+    """(row, col) in the 64 × 16 A tile of half `half` (0 low, 1 high) of A register `reg` (0-3) of warpgroup
+    thread tid: warp w holds rows 16w..16w+15 as mma.sync's m16k16 A fragment (g = lane // 4, t = lane % 4):
+    reg 0 row g, reg 1 row g + 8, regs 2-3 the same rows 8 columns right; columns 2t + half."""
+    w, lane = tid // 32, tid % 32
+    g, t = lane // 4, lane % 4
+    return 16 * w + g + 8 * (reg & 1), 8 * (reg >> 1) + 2 * t + half
+
+
+def acc_to_a_registers(j: int) -> list[tuple[int, int]]:
+    """Which accumulator registers of an m64nN fragment make A register r (0-3) of the k16 slice j of an RS
+    wgmma: [(lo, hi)] * 4. Register 8j + i of the accumulator holds column 16j + 8(i >> 2) + 2t + (i & 1) of
+    row g + 8((i >> 1) & 1), which is where a_fragment_element puts half (i & 1) of register i >> 1: the
+    accumulator of S = Q·Kᵀ *is* the A operand of P·V, pair by pair, with no data crossing threads."""
+    return [(8 * j + 2 * r, 8 * j + 2 * r + 1) for r in range(4)]
+
+
+def mnmajor_layout(krows: int, n: int, itemsize: int, mode: str):
+    """Element offsets (krows × n) of an MN-major B tile (row k holds n contiguous values: V of attention,
+    row-major) as TMA writes it in boxes of span / itemsize columns, box after box (each krows × span bytes),
+    and the descriptor fields wgmma reads it with: LBO = the byte distance of N-adjacent boxes, SBO = of
+    8-row (K) groups inside a box (8 × span); one k16 instruction = 16 rows = +2·SBO bytes."""
+    if mode == "none" or mode not in SWIZZLE_MODES:
+        raise ValueError(f"MN-major tiles are modelled for the swizzled modes 128B/64B/32B, got {mode!r}")
+    span = SWIZZLE_SPAN[mode]
+    per_row = span // itemsize
+    if n % per_row:
+        raise ValueError(f"an MN-major {mode} tile holds whole boxes of {per_row} columns, not {n}")
+    k = np.arange(krows)[:, None]
+    col = np.arange(n)[None, :]
+    box = tma_box_offsets(krows, span, mode)
+    byte = (col // per_row) * krows * span + box[k, (col % per_row) * itemsize]
+    return (byte // itemsize).astype(np.int64), krows * span, 8 * span, 16 * span
+
+
+def operand_addresses_mn(desc: int, n: int, krows: int = 16, itemsize: int = 2) -> np.ndarray:
+    """addr[r, k]: the shared address of element (n = r, k) of an MN-major B operand that a wgmma with
+    imm-trans-b = 1 reads through `desc`: within a swizzle atom (8 K-rows of span bytes) N runs along the row,
+    N-adjacent atoms are LBO apart, K-adjacent 8-row groups SBO apart (PTX's canonical MN-major layout
+    ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) for 128B). The start must be atom-aligned (base offset 0)."""
+    d = decode_descriptor(desc)
+    start, lbo, sbo, mode = d["start"], d["lbo"], d["sbo"], d["mode"]
+    if mode == "none":
+        raise ValueError("MN-major (transposed) B is modelled for the swizzled modes only")
+    span = SWIZZLE_SPAN[mode]
+    if d["base_offset"] or start % (8 * span):
+        raise ValueError(f"wgmma descriptor of an MN-major operand starts at shared address {start:#x}, not on a "
+                         f"{8 * span}-byte {mode} swizzle atom: only atom-aligned tiles are modelled")
+    per_row = span // itemsize
+    r = np.arange(n)[:, None]
+    k = np.arange(krows)[None, :]
+    return swizzle(start + (r // per_row) * lbo + (r % per_row) * itemsize + (k // 8) * sbo + (k % 8) * span,
+                   mode)
+
+
+def wgmma_ex_name(n: int, kind: str, a_regs: bool, trans_b: bool) -> str:
+    """wgmma_rs_m64n128k16_f16 (A from registers), ..._tb (B MN-major), wgmma_m64n64k16_bf16_tb (SS, B
+    MN-major)."""
+    if kind not in B16_KINDS:
+        raise ValueError(f"the RS and transposed-B forms take 16-bit inputs {B16_KINDS}, got {kind!r}")
+    _check_shape(n, kind)
+    return f"wgmma_{'rs_' if a_regs else ''}m64n{n}k16_{kind}{'_tb' if trans_b else ''}"
+
+
+EX_FORMS = [(n, kind, a_regs, trans_b) for kind in B16_KINDS for n in N_SIZES for a_regs, trans_b in
+            ((True, False), (True, True), (False, True))]
+
+
+def _b16_pack_twin(kind: str):
+    def pack(lo, hi):
+        pair = np.array([lo, hi], dtype=np.float32)
+        bits = pair.astype(np.float16).view(np.uint16) if kind == "f16" else _bf16_bits(pair)
+        return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+    pack.__name__ = f"pack_{kind}x2"
+    return pack
+
+
+def _bf16_bits(x) -> np.ndarray:
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _exp2_twin(x):
+    with np.errstate(over="ignore", under="ignore"):
+        return np.float32(np.exp2(np.float32(x)))
+
+
+def _read_operand(st, op: str, addr: np.ndarray, itemsize: int, kind: str) -> tuple[np.ndarray, tuple]:
+    """Values at element start addresses `addr` (any shape) of shared memory, after the race checks of
+    _wgmma_twin: a TMA copy not yet delivered into those bytes is an error."""
+    sim = _sim()
+    lo, hi = int(addr.min()), int(addr.max()) + itemsize
+    view, off = _resolve(st, lo, hi - lo, op)
+    for copy_bar in st.barriers.values():
+        for _, _, _, (clo, chi), _ in copy_bar.in_flight:
+            if clo < hi and lo < chi:
+                raise sim.SimulatorError(
+                    f"{op} reads shared bytes [{lo:#x}, {hi:#x}) that a TMA copy on the mbarrier at "
+                    f"{copy_bar.addr:#x} has not delivered yet: wait on that mbarrier first")
+    idx = (addr - lo + off)[..., None] + np.arange(itemsize)
+    raw = np.ascontiguousarray(view[idx]).view(np.uint16 if itemsize == 2 else np.uint32)[..., 0]
+    return _decode(raw, kind), (lo, hi)
+
+
+def _wgmma_ex_twin(n: int, kind: str, a_regs: bool, trans_b: bool):
+    op = wgmma_ex_name(n, kind, a_regs, trans_b)
+
+    def compute(ops):
+        sim = _sim()
+        st, _ = _block()
+        tids = sorted(ops)
+        first = ops[tids[0]]
+        for tid in tids:
+            a, db, _, fenced = ops[tid]
+            if int(db) != int(first[1]) or (not a_regs and int(a) != int(first[0])):
+                raise sim.SimulatorError(f"{op}: the descriptors differ between threads {tids[0]} and {tid} of "
+                                         "the warpgroup; all 128 must pass the same ones")
+            if not fenced:
+                raise sim.SimulatorError(f"{op}: thread {tid} issued a wgmma without wgmma_fence() since its last "
+                                         "wgmma_wait: the fence orders its registers and shared memory before "
+                                         "the asynchronous MMA reads them")
+        ranges = []
+        if a_regs:
+            regs = np.zeros((WARPGROUP, 4), dtype=np.uint32)
+            for k, tid in enumerate(tids):
+                if len(ops[tid][0]) != 4:
+                    raise ValueError(f"{op}: A is 4 registers of two 16-bit values per thread, got "
+                                     f"{len(ops[tid][0])}")
+                regs[k] = [int(x) & 0xFFFFFFFF for x in ops[tid][0]]
+            halves = np.stack([regs & 0xFFFF, regs >> 16], axis=-1).astype(np.uint16)   # (128, 4, 2)
+            t_, r_, h_ = np.meshgrid(np.arange(WARPGROUP), np.arange(4), np.arange(2), indexing="ij")
+            rows, cols = a_fragment_element(t_, r_, h_)
+            a_raw = np.zeros((64, 16), dtype=np.uint16)
+            a_raw[rows, cols] = halves
+            amat = _decode(a_raw, kind)
+        else:
+            addr = operand_addresses(int(first[0]), 64)[:, ::2]        # element starts, 64 × 16
+            amat, rng_a = _read_operand(st, op, addr, 2, kind)
+            ranges.append(rng_a)
+        baddr = operand_addresses_mn(int(first[1]), n) if trans_b else operand_addresses(int(first[1]), n)[:, ::2]
+        bmat, rng_b = _read_operand(st, op, baddr, 2, kind)
+        ranges.append(rng_b)
+        wg = tids[0] // WARPGROUP
+        st.uncommitted.setdefault(wg, []).extend(ranges)
+        rows, cols = acc_owner(n)
+        c = np.zeros((64, n))
+        c[rows, cols] = np.array([np.asarray(ops[tid][2], dtype=np.float32) for tid in tids], dtype=np.float64)
+        d = (amat @ bmat.T + c).astype(np.float32)
+        out = d[rows, cols]
+        return {tid: tuple(out[k]) for k, tid in enumerate(tids)}
+
+    def twin(a, desc_b, acc):
+        st, t = _block()
+        if len(acc) != n // 2:
+            raise ValueError(f"{op}: the accumulator holds {n // 2} float32, got {len(acc)}")
+        me = _wgmma_thread(st, t.thread_id)
+        a = tuple(a) if a_regs else a
+        return _group_collective(op, _warpgroup_of(t), (a, desc_b, acc, me["fenced"]), compute)
+
+    twin.__name__ = op
+    return twin
+
+
+def _named_barrier_arrive_twin(barrier_id, nthreads):
+    """bar.arrive: count this thread at barrier id without waiting; completing the count releases the
+    threads that wait there with named_barrier_sync (the ping-pong of two warpgroups' turns)."""
+    sim = _sim()
+    st, t = _block()
+    bid, nthreads = int(barrier_id), int(nthreads)
+    if not 1 <= bid < 16:
+        raise ValueError(f"named_barrier_arrive: barrier id must be in 1..15 (0 is __syncthreads), got {bid}")
+    if nthreads % 32 or not 0 < nthreads <= t.manager.nthreads:
+        raise ValueError(f"named_barrier_arrive: the thread count must be a multiple of 32 up to the block's "
+                         f"{t.manager.nthreads}, got {nthreads}")
+    arrived = st.named.setdefault(bid, [])
+    arrived.append(t.thread_id)
+    if len(arrived) == nthreads:
+        del st.named[bid]
+        sim.unpark(("named", bid))
+    else:
+        sim.describe_parked(("named", bid), f"named_barrier_sync({bid}, {nthreads}): {len(arrived)} of "
+                            f"{nthreads} threads arrived")
+
+
+def _fence_operands_twin(values):
+    _block()
+    return tuple(values)
+
+
+def _fa3_twins():
+    out = {wgmma_ex_name(*form): _wgmma_ex_twin(*form) for form in EX_FORMS}
+    out["fence_operands"] = _fence_operands_twin
+    out.update(pack_f16x2=_b16_pack_twin("f16"), pack_bf16x2=_b16_pack_twin("bf16"), exp2_approx=_exp2_twin,
+               named_barrier_arrive=_named_barrier_arrive_twin)
+    return out
+
+
+def _fa3_intrinsics():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+
+    def make(n: int, kind: str, a_regs: bool, trans_b: bool):
+        nacc = n // 2
+        outs = ",".join(f"${k}" for k in range(nacc))
+        if a_regs:   # d, {a0..a3}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+            text = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{outs}}}, "
+                    f"{{${nacc}, ${nacc + 1}, ${nacc + 2}, ${nacc + 3}}}, ${nacc + 4}, 1, 1, 1, {int(trans_b)};")
+            ins = ["r"] * 4 + ["l"]
+        else:        # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+            text = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{outs}}}, ${nacc}, ${nacc + 1}, "
+                    f"1, 1, 1, 0, {int(trans_b)};")
+            ins = ["l", "l"]
+        cons = ",".join(["=f"] * nacc + ins + [str(k) for k in range(nacc)] + ["~{memory}"])
+
+        @intrinsic
+        def wgmma(typingctx, a, desc_b, acc):
+            if not (isinstance(acc, types.UniTuple) and acc.count == nacc and isinstance(desc_b, types.Integer)):
+                return None
+            if a_regs and not (isinstance(a, types.BaseTuple) and len(a) == 4
+                               and all(isinstance(x, types.Integer) for x in a)):
+                return None
+            if not a_regs and not isinstance(a, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                if a_regs:
+                    avals = [context.cast(builder, builder.extract_value(args[0], k), sig.args[0][k], types.uint32)
+                             for k in range(4)]
+                    ins_t = [i32] * 4
+                else:
+                    avals = [context.cast(builder, args[0], sig.args[0], types.int64)]
+                    ins_t = [i64]
+                db = context.cast(builder, args[1], sig.args[1], types.int64)
+                vals = [builder.extract_value(args[2], k) for k in range(nacc)]
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * nacc), ins_t + [i64] + [f32] * nacc)
+                d = builder.asm(fnty, text, cons, avals + [db] + vals, True, "wgmma")
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(d, k) for k in range(nacc)])
+            return acc(a, desc_b, acc), codegen
+        wgmma.__name__ = wgmma_ex_name(n, kind, a_regs, trans_b)
+        return wgmma
+
+    def pack(kind: str):
+        ptx = f"cvt.rn.{kind}x2.f32 $0, $2, $1;"     # PTX puts its first source in the upper half
+
+        @intrinsic
+        def op(typingctx, lo, hi):
+            if not (isinstance(lo, types.Float) and isinstance(hi, types.Float)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                lo32, hi32 = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
+                return builder.asm(ir.FunctionType(i32, [f32, f32]), ptx, "=r,f,f", [lo32, hi32], False, "cvt")
+            return types.uint32(lo, hi), codegen
+        op.__name__ = f"pack_{kind}x2"
+        return op
+
+    @intrinsic
+    def exp2_approx(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[0], sig.args[0], types.float32)
+            return builder.asm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], False, "ex2")
+        return types.float32(x), codegen
+
+    @intrinsic
+    def named_barrier_arrive(typingctx, barrier_id, nthreads):
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
+            vals = [context.cast(builder, a, t, types.uint32) for a, t in zip(args, sig.args)]
+            builder.asm(fnty, "bar.arrive $0, $1;", "r,r,~{memory}", vals, True, "bar_arrive")
+            return context.get_dummy_value()
+        return types.void(barrier_id, nthreads), codegen
+
+    @intrinsic
+    def fence_operands(typingctx, values):
+        """The tuple, unchanged, through an empty volatile asm (CUTLASS's warpgroup_fence_operand): its values
+        are computed before this point, so the compiler cannot sink their definitions (a cvt, a multiply)
+        between the wgmmas of an open pipeline stage, which makes ptxas serialize every wgmma (C7513)."""
+        if not (isinstance(values, types.UniTuple) and values.dtype in (types.float32, types.uint32, types.int32)):
+            return None
+        count, is_f = values.count, values.dtype == types.float32
+        ty = f32 if is_f else i32
+
+        def codegen(context, builder, sig, args):
+            vals = [builder.extract_value(args[0], k) for k in range(count)]
+            cons = ",".join([("=f" if is_f else "=r")] * count + [str(k) for k in range(count)])
+            fnty = ir.FunctionType(ir.LiteralStructType([ty] * count), [ty] * count)
+            res = builder.asm(fnty, "", cons, vals, True, "fence_operands")
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(count)])
+        return values(values), codegen
+
+    out = {wgmma_ex_name(*form): make(*form) for form in EX_FORMS}
+    out["fence_operands"] = fence_operands
+    out.update(pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"), exp2_approx=exp2_approx,
+               named_barrier_arrive=named_barrier_arrive)
+    return out
+
+
+_FA3_FUNCTIONS = _fa3_twins() if SIMULATOR else _fa3_intrinsics()
+globals().update(_FA3_FUNCTIONS)
+__all__ += sorted(_FA3_FUNCTIONS) + ["a_fragment_element", "acc_to_a_registers", "mnmajor_layout",
+                                     "operand_addresses_mn", "wgmma_ex_name", "EX_FORMS", "B16_KINDS"]

@@ -17,23 +17,32 @@ whose model is what the simulator does with behaviour a GPU leaves undefined (a 
 has exited yields NaN there) or with an order a GPU does not promise (blocks that each store into out[0]:
 the simulator runs blocks in order, so the last block's value stays; a GPU usually, not always, agrees).
 :data:`MAY_PASS_ON_A_GPU` names undefined behaviour that a GPU may happen to run right (the shuffle from an
-exited lane gave the right sums on an H200): only the simulator shows it.
+exited lane gave the right sums on an H200): only the simulator shows it. :data:`DIAGNOSED` maps the variants
+that produce no output on the simulator, because it stops them with a report (a broken mbarrier protocol: a
+deadlock naming each barrier's phase, arrivals and missing bytes, or a parity that does not flip), to the
+phrases (regular expressions) that report must contain; :data:`NOT_ON_A_GPU` names those a GPU would hang
+on, which its checks leave out.
 
 The modules follow the chapters; each defines its own ``VARIANTS`` and this one merges them.
 """
 from __future__ import annotations
 
-from lib.grading.variants import attention, hardware, intro, matmul, memory, reduction, scan, softmax, tensorcores
+from lib.grading.variants import (attention, flash3, hardware, hopper, intro, matmul, memory, reduction, scan,
+                                  softmax, tensorcores)
 from lib.grading.variants._common import Variant
 
 VARIANTS: dict[str, list[Variant]] = {}
 RACES: set[tuple[str, str]] = set()
 SIMULATOR_ONLY_MODELS: set[tuple[str, str]] = set()
 MAY_PASS_ON_A_GPU: set[tuple[str, str]] = set()
-for _module in (intro, hardware, memory, matmul, reduction, scan, softmax, attention, tensorcores):
+DIAGNOSED: dict[tuple[str, str], tuple[str, ...]] = {}
+NOT_ON_A_GPU: set[tuple[str, str]] = set()
+for _module in (intro, hardware, memory, matmul, reduction, scan, softmax, attention, tensorcores, hopper, flash3):
     VARIANTS.update(_module.VARIANTS)
     RACES.update(getattr(_module, "RACES", ()))
     SIMULATOR_ONLY_MODELS.update(getattr(_module, "SIMULATOR_ONLY_MODELS", ()))
     MAY_PASS_ON_A_GPU.update(getattr(_module, "MAY_PASS_ON_A_GPU", ()))
+    DIAGNOSED.update(getattr(_module, "DIAGNOSED", {}))
+    NOT_ON_A_GPU.update(getattr(_module, "NOT_ON_A_GPU", ()))
 
-__all__ = ["Variant", "VARIANTS", "RACES", "SIMULATOR_ONLY_MODELS", "MAY_PASS_ON_A_GPU"]
+__all__ = ["Variant", "VARIANTS", "RACES", "SIMULATOR_ONLY_MODELS", "MAY_PASS_ON_A_GPU", "DIAGNOSED", "NOT_ON_A_GPU"]
