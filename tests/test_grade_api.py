@@ -255,3 +255,12 @@ def test_time_running_out_after_every_size_passed_is_incomplete_not_failed():
     assert "not a wrong answer" in report.hint and "INCOMPLETE" in str(report)
     hang = grade("vector_add", lambda a, b, out: _time.sleep(30), time_limit_s=2)
     assert hang.status == TIMEOUT, str(hang)
+
+
+def test_every_exercise_says_how_far_the_simulator_grows_it():
+    """sim_work bounds every grown size (and so the grader's memory and a check's time); an exercise without it
+    is refused on the simulator rather than grown to a default that a heavy tile exercise could not afford."""
+    from lib.grading.exercises import EXERCISES
+
+    assert all(ex.sim_work and ex.sim_work >= 1 for ex in EXERCISES.values()), \
+        [e for e, ex in EXERCISES.items() if not ex.sim_work]

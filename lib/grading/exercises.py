@@ -689,7 +689,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=_pv_tile_inputs, out_shape=lambda p, v: v.shape,
              reference=lambda p, v: _pv_tile_matrix(p) @ np.asarray(v, np.float64),
              tolerance=_pv_tile_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (3,)), gpu_cases=((1,), (37,), (5000,))),
+             sim_work=25, sim_cases=((1,), (3,)), gpu_cases=((1,), (37,), (5000,))),
 ]}
 
 
@@ -726,14 +726,14 @@ EXERCISES.update({e.id: e for e in [
              make_inputs=_wgmma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 64, 64),
              reference=lambda a, b: _fp16_values(a) @ _fp16_values(b).transpose(0, 2, 1),
              tolerance=_wgmma_tile_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
+             sim_work=120, sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
     Exercise("ring_copy", "ring_copy(x, out)",
              "out = x for x (M, 32) float32, streamed through shared memory: per block, one thread issues TMA "
              "copies of 16 × 32 boxes (lib.runtime.hopper.tma_load_2d) into a ring of two slots and one warp "
              "copies each slot out, with a full and an empty mbarrier per slot; four tiles per block",
              make_inputs=lambda size, rng: (_uniform(rng, (size[0], 32)),), out_shape=lambda x: x.shape,
              reference=lambda x: np.asarray(x, np.float64), tolerance=_exact, grow=_grow_dims(0),
-             sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
+             sim_work=12_000, sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
 ]})
 
 # Exercises no page asks for any more: each is answered by a kernel in kernels/ (the pages ask for a variation

@@ -207,7 +207,10 @@ class Planner:
         self.ex = ex
         self.fixed = list(fixed)
         self.grow = grow and ex.grow is not None
-        self.work_cap = float(ex.sim_work * SIM_WORK_SCALE if work_cap is None else work_cap)
+        if work_cap is None and self.grow and not ex.sim_work:
+            raise ValueError(f"{ex.id}: the exercise declares no sim_work (the largest size the simulator grows it "
+                             "to): set it in lib/grading/exercises.py")
+        self.work_cap = float((ex.sim_work or 0) * SIM_WORK_SCALE if work_cap is None else work_cap)
         self.max_steps = max_steps
         lo, hi = SCHEDULE_RANGE
         self.schedule_fraction = lo + (hi - lo) * float(np.random.default_rng([int(seed) & 0xFFFFFFFF, 2]).random())
