@@ -617,9 +617,10 @@ REPRODUCES, SAME_ELEMENTS, DIFFERS = "reproduces", "same elements", "differs"
 def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[str, str]:
     """For each known-wrong variant whose model says something on this case, how it compares with the
     student's output: REPRODUCES (every element within the check's own bound), SAME_ELEMENTS (wrong in
-    exactly the same elements, but values outside that bound: a model that is exact only at small sizes, such
-    as a sum added onto the fill, whose rounding grows with the size) or DIFFERS (other elements are wrong, or,
-    at a size the student passed, the mistake would have failed). A model is asked for each fill the output
+    exactly the same elements, and within a hundredth of the mistake's own error there, but outside the
+    check's bound: a model that is exact only at small sizes, such as a sum added onto the fill, whose
+    rounding grows with the size) or DIFFERS (other elements or other values are wrong, or, at a size the
+    student passed, the mistake would have failed). A model is asked for each fill the output
     had (NaN, then SENTINEL when there was a second run), with ``fill=`` when it takes one. A model that
     declines (None), or that is right on these inputs (it equals the reference: it tells nothing), is left
     out. A mistake is named on a case where it REPRODUCES, and only if no size checked DIFFERS
@@ -645,7 +646,8 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
                 continue
             if compare(actual, model, tol.rtol, tol.atol, scale) is None:
                 verdicts.append(REPRODUCES)
-            elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask):
+            elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask) and _near(
+                    actual, model, case.expected, bad.wrong_mask):
                 verdicts.append(SAME_ELEMENTS)
             else:
                 verdicts.append(DIFFERS)
@@ -653,6 +655,16 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             found[v.name] = (DIFFERS if DIFFERS in verdicts else SAME_ELEMENTS if SAME_ELEMENTS in verdicts
                              else REPRODUCES)
     return found
+
+
+def _near(actual, model, expected, wrong) -> bool:
+    """On the wrong elements, the output is far nearer the model than the model is to the reference (within a
+    hundredth of the mistake's own error): the mistake is this one, its model's rounding only is off."""
+    a, m, e = (np.asarray(v, np.float64)[wrong] for v in (actual, model, expected))
+    with np.errstate(invalid="ignore"):
+        off, own = np.abs(a - m), np.abs(m - e)
+    finite = np.isfinite(off) & np.isfinite(own)
+    return bool(finite.all() and (off <= 0.01 * own).all())
 
 
 def name_mistake(ex: Exercise | str, names: list[str]) -> tuple[str, str] | None:

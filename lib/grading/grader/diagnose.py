@@ -197,7 +197,28 @@ def observed_hint(case, bad, own: list[dict], fixed: list[dict], written: np.nda
             said = _unwritten_2d(mask, own)
             if said:
                 return said
+        if mask.ndim >= 3:
+            return _unwritten_batch(mask, own)
     return pattern_hint(bad)
+
+
+def _unwritten_batch(mask: np.ndarray, own: list[dict]) -> str:
+    """Never-written elements of a batch of matrices (and nothing else wrong)."""
+    batch = mask.shape[0]
+    per_matrix = mask.reshape(batch, -1)
+    whole = per_matrix.all(axis=1)
+    reach_z = max((_pad3(r["grid"])[2] * _pad3(r["block"])[2] for r in own), default=0)
+    if whole.any() and not (per_matrix.any(axis=1) & ~whole).any():
+        first = int(np.flatnonzero(whole)[0])
+        if whole[first:].all():
+            if reach_z == first:
+                return (f"matrices {_span(first, batch - 1)} of the batch were never written: your grid's z "
+                        f"dimension reaches {reach_z} of the {batch} matrices; launch one z block per matrix.")
+            return (f"matrices {_span(first, batch - 1)} of the batch were never written, although your grid's z "
+                    f"dimension reaches {reach_z}: check how the kernel picks its matrix (cuda.blockIdx.z).")
+    count, first_at = int(mask.sum()), tuple(map(int, np.argwhere(mask)[0]))
+    return (f"{count} of {mask.size} elements were never written (the first at {first_at}): check the index "
+            "arithmetic and that every element of every matrix is reached by one thread.")
 
 
 # --- IndexError: a guard that is there, and an index that is wrong -----------------------------------------
