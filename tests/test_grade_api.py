@@ -235,3 +235,32 @@ def test_a_known_variant_is_named(monkeypatch):
     report = grade("scan_inclusive", lambda x, out: _scan_block_local_128[(x.size + 127) // 128, 128](x, out))
     assert report.status == FAILED and report.hint == no_carry.mistake, str(report)
     assert any(c.mistake == "no carry between blocks" for c in report.cases)
+
+
+def test_time_running_out_after_every_size_passed_is_incomplete_not_failed():
+    """A correct kernel on a slow machine (here: a host sleep from the third size on) is "incomplete": not a
+    pass, and not a failure either; a hang at the first size is still "timed out"."""
+    import time as _time
+
+    from lib.grading.grader import INCOMPLETE, TIMEOUT
+
+    def slow_but_right(a, b, out):
+        vector_add(a, b, out)
+        if a.size > 2000:
+            _time.sleep(30)
+
+    report = grade("vector_add", slow_but_right, time_limit_s=4)
+    assert report.status == INCOMPLETE and not report.passed, str(report)
+    assert report.message.startswith(f"incomplete: the {report.cases_passed} size(s) checked all passed")
+    assert "not a wrong answer" in report.hint and "INCOMPLETE" in str(report)
+    hang = grade("vector_add", lambda a, b, out: _time.sleep(30), time_limit_s=2)
+    assert hang.status == TIMEOUT, str(hang)
+
+
+def test_every_exercise_says_how_far_the_simulator_grows_it():
+    """sim_work bounds every grown size (and so the grader's memory and a check's time); an exercise without it
+    is refused on the simulator rather than grown to a default that a heavy tile exercise could not afford."""
+    from lib.grading.exercises import EXERCISES
+
+    assert all(ex.sim_work and ex.sim_work >= 1 for ex in EXERCISES.values()), \
+        [e for e, ex in EXERCISES.items() if not ex.sim_work]

@@ -322,7 +322,7 @@ def test_every_exercise_solution_passes_its_grade_with_the_debugger_on(monkeypat
     from tools.notebooks import read, toc_chapters
     from tools.student import is_solution
 
-    monkeypatch.setattr(cases, "SIM_BUDGET_S", 2.0)  # the fixed sizes, hardly grown: silence, not scale
+    monkeypatch.setattr(cases, "SIM_WORK_SCALE", 0.1)  # the fixed sizes, hardly grown: silence, not scale
     reports, failures = [], []
 
     def grade(exercise_id, fn, *args, **kwargs):

@@ -18,6 +18,15 @@ def _ragged(value: float) -> int:
     return int(value) // 4 * 4 + 1
 
 
+def _grow_causal(size, factor):
+    """Causal attention (m queries, n >= m keys, d): the queries grow by the factor, the keys by its square root
+    (never fewer than the queries), so that a size with many queries (past a launch of a thread per query)
+    stays affordable on the simulator."""
+    m, n, d = size
+    grown_m = _ragged(m * factor)
+    return grown_m, max(_ragged(n * factor ** 0.5), grown_m), d
+
+
 def _grow_dims(*dims):
     """grow(size, factor) that multiplies the dimensions at positions `dims` (the parallel ones)."""
     def grow(size, factor):
@@ -506,12 +515,14 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
              out_shape=lambda a, b: a.shape, reference=_vector_add_reference,
              tolerance=_one_rounding, grow=_grow_dims(0),
+             sim_work=131_072,
              sim_cases=((1,), (1000,), (4099,)), gpu_cases=((1000,), (1_000_003,), (16_777_217,), (1,))),
     Exercise("add_reversed", "add_reversed(a, b, out)",
              "out[i] = a[i] + b[n - 1 - i] for every i (1-D float32 of n elements): b read back to front",
              make_inputs=lambda size, rng: (_uniform(rng, size), _uniform(rng, size)),
              out_shape=lambda a, b: a.shape, reference=_add_reversed_reference,
              tolerance=_one_rounding, grow=_grow_dims(0),
+             sim_work=131_072,
              sim_cases=((1,), (1000,), (4099,)), gpu_cases=((1000,), (1_000_003,), (16_777_217,), (1,))),
     Exercise("outer_product", "outer_product(x, y, out)",
              "out[i, j] = x[i] * y[j] for x (m,), y (n,), out (m, n): one thread per element on a 2-D grid",
@@ -519,12 +530,13 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              out_shape=lambda x, y: (x.size, y.size),
              reference=lambda x, y: np.outer(np.asarray(x, np.float64), np.asarray(y, np.float64)),
              tolerance=_one_rounding, grow=_grow_dims(0, 1),
+             sim_work=100_000,
              sim_cases=((1, 1), (37, 53), (70, 33)), gpu_cases=((1, 1), (37, 53), (1000, 777), (4099, 2050))),
     Exercise("transpose_batched", "transpose_batched(a, out)",
              "out[b, j, i] = a[b, i, j] for a batch a of shape (batch, rows, cols): every matrix transposed",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda a: (a.shape[0], a.shape[2], a.shape[1]),
              reference=_transpose_batched_reference, tolerance=_exact, grow=_grow_dims(1, 2),
-             sim_cases=((1, 1, 1), (3, 37, 53), (2, 70, 33)),
+             sim_work=120_000, sim_cases=((1, 1, 1), (3, 37, 53), (2, 70, 33)),
              gpu_cases=((1, 1, 1), (3, 37, 53), (8, 1000, 777), (3, 2050, 4099)),
              perf=Perf((2, 32, 64), coalesced=COALESCED_RATIO, conflicts=CONFLICT_RATIO,
                        note="stage each tile in shared memory so that a warp reads a row of a and writes a row "
@@ -535,7 +547,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              "rows + cols elements",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: (x.shape[0] + x.shape[1],),
              reference=_row_col_sums_reference, tolerance=_row_col_sums_tolerance, grow=_grow_dims(0, 1),
-             sim_cases=((1, 1), (37, 53), (70, 300)),
+             sim_work=250_000, sim_cases=((1, 1), (37, 53), (70, 300)),
              gpu_cases=((1, 1), (37, 53), (4099, 1000), (1000, 4099)),
              perf=Perf((64, 96), coalesced=COALESCED_RATIO, conflicts=CONFLICT_RATIO,
                        note="the row sums: a thread per row makes a warp read 32 floats a row apart; give a "
@@ -545,7 +557,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              "c = max(a @ b + bias, 0) for a (M, K), b (K, N), bias (N,) added to every row, c (M, N)",
              make_inputs=_bias_relu_inputs, out_shape=lambda a, b, bias: (a.shape[0], b.shape[1]),
              reference=_bias_relu_reference, tolerance=_bias_relu_tolerance, grow=_grow_matmul,
-             sim_cases=((1, 1, 1), (33, 17, 45), (40, 70, 65)),
+             sim_work=350_000, sim_cases=((1, 1, 1), (33, 17, 45), (40, 70, 65)),
              gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (1024, 1024, 1024))),
     Exercise("matmul_at", "matmul_at(a, b, c)",
              "c = a.T @ b for a (K, M), b (K, N), c (M, N), float32 row-major (a is stored transposed)",
@@ -554,12 +566,13 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              reference=lambda a, b: np.asarray(a, np.float64).T @ np.asarray(b, np.float64),
              tolerance=lambda a, b, expected, launch=None: matmul_tolerance(a.T, b, expected),
              grow=_grow_matmul,
-             sim_cases=((1, 1, 1), (20, 33, 17), (33, 18, 40)),
+             sim_work=350_000, sim_cases=((1, 1, 1), (20, 33, 17), (33, 18, 40)),
              gpu_cases=((1, 1, 1), (33, 17, 45), (1000, 777, 555), (2048, 2048, 2048))),
     Exercise("reduce_sum", "reduce_sum(x, out)", "out[0] = sum of x (out has shape (1,))",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: (1,),
              reference=lambda x: np.array([np.asarray(x, np.float64).sum()]), tolerance=_sum_tolerance,
-             grow=_grow_dims(0), sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,)),
+             grow=_grow_dims(0),
+             sim_work=60_000, sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,)),
              perf=Perf((4097,), read_ratio=READ_RATIO, read_bytes=lambda x: 4 * x.size,
                        note="read each element of x once: add while loading (one thread may add several "
                             "elements), keep the partials in shared memory or registers, and let the second "
@@ -567,15 +580,18 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("scan_inclusive", "scan_inclusive(x, out)", "out[i] = x[0] + ... + x[i]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=lambda x: np.cumsum(np.asarray(x, np.float64)), tolerance=_scan_tolerance, grow=_grow_dims(0),
+             sim_work=20_000,
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("scan_exclusive", "scan_exclusive(x, out)", "out[0] = 0, out[i] = x[0] + ... + x[i-1]",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=_exclusive_scan, tolerance=_scan_tolerance, grow=_grow_dims(0),
+             sim_work=20_000,
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("compact_positive", "compact_positive(x, out)",
              "out starts with the elements of x that are > 0, in their order; the rest of out is 0",
              make_inputs=lambda size, rng: (_uniform(rng, size),), out_shape=lambda x: x.shape,
              reference=_compact_positive, tolerance=_exact, grow=_grow_dims(0),
+             sim_work=20_000,
              sim_cases=((1,), (300,), (1000,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("online_merge", "online_merge(m, l, out)",
              "out[r] = (M, L), the merge of row r's tile states (m[r, t], l[r, t]); empty rows give (-inf, 0)",
@@ -584,15 +600,17 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              tolerance=lambda m, l, expected, launch=None: Tolerance(
                  rtol=2 * k_scaled_rtol(m.shape[1]), note=f"K-scaled: {m.shape[1]} tile states per row"),
              grow=_grow_dims(0),
-             sim_cases=((1, 1), (5, 37), (40, 9)), gpu_cases=((1, 1), (1000, 37), (65536, 64))),
+             sim_work=400_000, sim_cases=((1, 1), (5, 37), (40, 9)), gpu_cases=((1, 1), (1000, 37), (65536, 64))),
     Exercise("softmax_rows", "softmax_rows(x, out)", "each row of out = softmax of that row of x (2-D)",
              make_inputs=_softmax_inputs, out_shape=lambda x: x.shape, reference=_softmax_reference,
-             tolerance=_softmax_tolerance, grow=_grow_dims(0), sim_cases=((1, 1), (5, 37), (7, 300)),
+             tolerance=_softmax_tolerance, grow=_grow_dims(0),
+             sim_work=300_000, sim_cases=((1, 1), (5, 37), (7, 300)),
              gpu_cases=((1, 1), (5, 37), (1000, 1000), (4096, 4099))),
     Exercise("attention", "attention(q, k, v, out)",
              "out = softmax(q @ k.T / sqrt(d)) @ v for q (m, d), k and v (n, d)",
              make_inputs=_attention_inputs, out_shape=lambda q, k, v: q.shape, reference=_attention_reference,
-             tolerance=_attention_tolerance, grow=_grow_dims(0), sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
+             tolerance=_attention_tolerance, grow=_grow_dims(0),
+             sim_work=600_000, sim_cases=((1, 1, 64), (17, 45, 64), (33, 70, 64)),
              gpu_cases=((1, 1, 64), (17, 45, 64), (1000, 1531, 64), (2048, 4099, 128)), time_limit_s=120.0),
     Exercise("attention_tile_update", "attention_tile_update(m, l, o, s, v, out)",
              "one FlashAttention step per row: from the state (m, l, o) and a tile of scores s (rows, cols) "
@@ -603,18 +621,19 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
                  rtol=2 * k_scaled_rtol(s.shape[1] + 1), scale=_tile_update64(m, l, o, s, v)[1],
                  note=f"K-scaled: tiles of {s.shape[1]} scores, relative to the running state"),
              grow=_grow_dims(0),
+             sim_work=1_000_000,
              sim_cases=((1, 1, 4), (6, 16, 8), (37, 32, 64)), gpu_cases=((1, 1, 4), (6, 16, 8), (4099, 64, 128))),
     Exercise("warp_argmax", "warp_argmax(x, out)",
              "out[w] = the index in x of the largest element of chunk w (x[32w] ... x[32w + 31], the last "
              "chunk may be short), the first such index on ties; with warp shuffles: one warp per chunk",
              make_inputs=_argmax_inputs, out_shape=lambda x: (-(-x.size // WARP_SIZE),),
              reference=_warp_argmax_reference, tolerance=_exact, grow=_grow_dims(0),
-             sim_cases=((1,), (100,), (1001,)), gpu_cases=((1,), (1001,), (1_000_003,))),
+             sim_work=60_000, sim_cases=((1,), (100,), (1001,)), gpu_cases=((1,), (1001,), (1_000_003,))),
     Exercise("sum_of_squares", "sum_of_squares(x, out)", "out[0] = x[0]² + x[1]² + ... (out has shape (1,))",
              make_inputs=_squares_inputs, out_shape=lambda x: (1,),
              reference=lambda x: np.array([np.square(np.asarray(x, np.float64)).sum()]),
              tolerance=_sum_of_squares_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,)),
+             sim_work=60_000, sim_cases=((1,), (300,), (2001,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,)),
              perf=Perf((4097,), read_ratio=READ_RATIO, read_bytes=lambda x: 4 * x.size,
                        note="read each element of x once: square and add while loading, keep the partials in "
                             "registers or shared memory, and let a second pass (if any) read only the partials")),
@@ -623,31 +642,35 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=_max_row_sum_inputs, out_shape=lambda a: (1,),
              reference=lambda a: np.array([np.asarray(a, np.float64).sum(axis=1).max()]),
              tolerance=_max_row_sum_tolerance, grow=_grow_dims(0),
+             sim_work=80_000,
              sim_cases=((1, 1), (37, 53), (301, 40)), gpu_cases=((1, 1), (37, 53), (4099, 1000), (100_001, 64))),
     Exercise("segmented_scan", "segmented_scan(x, flags, out)",
              "out[i] = x[h] + ... + x[i], where h is the last index <= i with flags[h] != 0 (0 if none): an "
              "inclusive scan that restarts at every flagged element",
              make_inputs=_segmented_inputs, out_shape=lambda x, flags: x.shape,
              reference=segmented_cumsum, tolerance=_segmented_tolerance, grow=_grow_dims(0),
+             sim_work=20_000,
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("scan_reverse", "scan_reverse(x, out)", "out[i] = x[i] + x[i + 1] + ... + x[n - 1] (suffix sums)",
              make_inputs=lambda size, rng: (_sixty_fourths(rng, size[0]),), out_shape=lambda x: x.shape,
              reference=lambda x: np.cumsum(np.asarray(x, np.float64)[::-1])[::-1].copy(),
              tolerance=_scan_reverse_tolerance, grow=_grow_dims(0),
+             sim_work=20_000,
              sim_cases=((1,), (300,), (1500,)), gpu_cases=((1,), (1000,), (1_048_583,), (16_777_219,))),
     Exercise("log_softmax_rows", "log_softmax_rows(x, out)",
              "each row of out = log(softmax(that row of x)), finite wherever x is, even where softmax "
              "underflows to 0",
              make_inputs=_log_softmax_inputs, out_shape=lambda x: x.shape, reference=_log_softmax_reference,
-             tolerance=_log_softmax_tolerance, grow=_grow_dims(0), sim_cases=((1, 1), (5, 37), (7, 300)),
+             tolerance=_log_softmax_tolerance, grow=_grow_dims(0),
+             sim_work=300_000, sim_cases=((1, 1), (5, 37), (7, 300)),
              gpu_cases=((1, 1), (5, 37), (1000, 1000), (4096, 4099))),
     Exercise("causal_attention", "causal_attention(q, k, v, out)",
              "out = softmax(q @ k.T / sqrt(d) + causal mask) @ v for q (m, d), k and v (n, d), m <= n: query i is "
              "position n - m + i and sees keys j <= n - m + i",
              make_inputs=_causal_inputs, out_shape=lambda q, k, v: q.shape, reference=lambda q, k, v:
              _causal_probs(q, k) @ np.asarray(v, dtype=np.float64),
-             tolerance=_causal_tolerance, grow=_grow_dims(0, 1),
-             sim_cases=((1, 1, 64), (17, 45, 64), (33, 33, 16), (21, 70, 64)),
+             tolerance=_causal_tolerance, grow=_grow_causal,
+             sim_work=600_000, sim_cases=((1, 1, 64), (17, 45, 64), (33, 33, 16), (21, 70, 64)),
              gpu_cases=((1, 1, 64), (1, 45, 64), (17, 45, 64), (1000, 1531, 64), (2048, 2048, 128)),
              time_limit_s=120.0),
     Exercise("mma_tile", "mma_tile(a, b, out)",
@@ -657,7 +680,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=_mma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 16, 8),
              reference=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64).transpose(0, 2, 1),
              tolerance=_mma_tile_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (3,), (37,)), gpu_cases=((1,), (37,), (100_003,))),
+             sim_work=800, sim_cases=((1,), (3,), (37,)), gpu_cases=((1,), (37,), (100_003,))),
     Exercise("pv_tile", "pv_tile(p, v, out)",
              "out[t] = P[t] @ v[t] for a batch of 64 × 64 tiles, P given in the accumulator layout of an m64n64 "
              "wgmma (p[t, tid, i] is register i of thread tid): one warpgroup per tile, P converted in registers "
@@ -666,7 +689,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              make_inputs=_pv_tile_inputs, out_shape=lambda p, v: v.shape,
              reference=lambda p, v: _pv_tile_matrix(p) @ np.asarray(v, np.float64),
              tolerance=_pv_tile_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (3,)), gpu_cases=((1,), (37,), (5000,))),
+             sim_work=25, sim_cases=((1,), (3,)), gpu_cases=((1,), (37,), (5000,))),
 ]}
 
 
@@ -703,14 +726,14 @@ EXERCISES.update({e.id: e for e in [
              make_inputs=_wgmma_tile_inputs, out_shape=lambda a, b: (a.shape[0], 64, 64),
              reference=lambda a, b: _fp16_values(a) @ _fp16_values(b).transpose(0, 2, 1),
              tolerance=_wgmma_tile_tolerance, grow=_grow_dims(0),
-             sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
+             sim_work=120, sim_cases=((1,), (3,), (5,)), gpu_cases=((1,), (37,), (1_001,))),
     Exercise("ring_copy", "ring_copy(x, out)",
              "out = x for x (M, 32) float32, streamed through shared memory: per block, one thread issues TMA "
              "copies of 16 × 32 boxes (lib.runtime.hopper.tma_load_2d) into a ring of two slots and one warp "
              "copies each slot out, with a full and an empty mbarrier per slot; four tiles per block",
              make_inputs=lambda size, rng: (_uniform(rng, (size[0], 32)),), out_shape=lambda x: x.shape,
              reference=lambda x: np.asarray(x, np.float64), tolerance=_exact, grow=_grow_dims(0),
-             sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
+             sim_work=12_000, sim_cases=((1,), (40,), (203,)), gpu_cases=((1,), (203,), (100_003,))),
 ]})
 
 # Exercises no page asks for any more: each is answered by a kernel in kernels/ (the pages ask for a variation

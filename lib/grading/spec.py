@@ -85,6 +85,10 @@ class Exercise:
     sim_cases: tuple                                # size parameters, small (the planner grows them)
     gpu_cases: tuple
     grow: Callable[[tuple, float], tuple] = None    # a larger size: the parallel dimensions times a factor
+    sim_work: int | None = None                     # the largest grown size the simulator checks, as the product
+                                                    # of its dimensions (the planner's "work"): about 4 s of the
+                                                    # book's solution on a 2-core machine (lib.grading.grader.cases);
+                                                    # required to grade on the simulator
     time_limit_s: float = 60.0
     perf: Perf | None = None                        # a performance property graded on the simulator
 

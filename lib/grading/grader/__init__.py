@@ -26,12 +26,12 @@ from lib.grading.exercises import EXERCISES
 from lib.grading.spec import Exercise
 from lib.grading.grader.cases import (SENTINEL, Case, CaseResult, Execution, GradeTimeout, Planner, describe_exception,
                     execute_case, judge, launch_record, plan, prepare_case)
-from lib.grading.grader.report import ERROR, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, verdict
+from lib.grading.grader.report import ERROR, FAILED, INCOMPLETE, NOT_ATTEMPTED, PASSED, TIMEOUT, GradeReport, verdict
 from lib import mode
 
 __all__ = ["grade", "stub", "plan", "prepare_case", "execute_case", "judge", "Planner", "Case", "Execution",
            "CaseResult", "GradeReport", "GradeTimeout", "SENTINEL", "PASSED", "FAILED", "NOT_ATTEMPTED",
-           "TIMEOUT", "ERROR", "launch_record", "verdict", "check_perf"]
+           "TIMEOUT", "INCOMPLETE", "ERROR", "launch_record", "verdict", "check_perf"]
 
 
 def _check_callable(fn, ex: Exercise) -> str | None:
@@ -115,6 +115,8 @@ def _grade(exercise_id: str, fn, seed: int | None, time_limit_s: float | None) -
         worker.join(5.0)
     report = verdict(exercise_id, seed, list(results), len(planner.planned), timed_out=timed_out,
                      limit_s=limit, notes=planner.notes, seconds=time.perf_counter() - t0,
+                     running=planner.planned[len(results)] if timed_out and len(planner.planned) > len(results)
+                     else None,
                      perf=perf.get("checks"), perf_note=perf.get("note", ""),
                      perf_gates=bool(ex.perf and ex.perf.gates))
     if timed_out and report.status == TIMEOUT and mode.ON_GPU:

@@ -21,8 +21,10 @@ The pieces:
   of 1, ragged ones, plus ``extra_sizes``; ``secret=True`` jitters them from the seed), watches the student's
   launches (:meth:`Planner.observe`), and on the simulator grows the size until the checks span at least
   three blocks of whatever the student launches, and past the reach of any launch that does not grow with
-  the input, within a time budget (SIM_BUDGET_S); what it could not reach goes to :attr:`Planner.notes`.
-  Iterate it lazily: the next size depends on the last observation.
+  the input, and checks one size of its own schedule (drawn from the seed, whatever the launches claim);
+  every grown size is bounded by the exercise's ``sim_work`` (work, not time: the plan is the same on any
+  machine); what it could not reach goes to :attr:`Planner.notes`. Iterate it lazily: the next size
+  depends on the last observation.
 * :func:`prepare_case` -> :class:`Case`: inputs (float32 numpy arrays) and the float64 reference. Only
   :meth:`Case.public` (exercise, size, inputs, output shape) goes to the student's process.
 * :func:`execute_case` -> :class:`Execution` (the student's process): copies the inputs to the device, fills
@@ -51,14 +53,17 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from lib.grading.check import compare, hint
+from lib.grading.check import compare
 from lib.grading.exercises import EXERCISES
+from lib.grading.grader.diagnose import index_hint, observed_hint
 from lib.grading.spec import Exercise, Variant
 
 SENTINEL = np.float32(-1234.5677)   # the second fill: finite, with an ulp small enough that adding to it shows
-SIM_BUDGET_S = 25.0                 # the planner grows sizes while the predicted total stays under this
-PREDICTION_MARGIN = 1.5             # time grows faster than the size on the simulator (more launches, levels)
+SIM_WORK_SCALE = 1.0                # multiplies every exercise's sim_work (the largest grown size's work)
+SCHEDULE_RANGE = (0.5, 1.0)         # the planner's own size: this fraction of sim_work, drawn from the seed
+DECISIVE_FACTOR = 2.0               # a size that reaches past a fixed launch may go this far past sim_work
 MIN_BLOCKS = 3                      # the checks span at least this many blocks of the student's largest launch
+MAX_STEPS = 4                       # grown sizes at most
 LAUNCH_KEYS = ("name", "module", "qualname", "grid", "block", "shared_bytes", "book")
 MAX_LAUNCHES = 10_000               # launches kept per case; a longer list is refused as malformed
 
@@ -166,6 +171,8 @@ class CaseResult:
     launches: list = field(default_factory=list)
     tolerance: str = ""
     mistake: str = ""             # the name of the known variant the output matches, if any
+    observed_hint: str = ""       # what was observed, without naming a mistake (lib.grading.grader.diagnose)
+    models: dict = field(default_factory=dict)   # variant name -> how its model compares (model_verdicts)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,25 +183,43 @@ class CaseResult:
 class Planner:
     """Yields the sizes to check, one at a time; :meth:`observe` tells it what the student launched.
 
-    ``for size in planner: ...; planner.observe(size, launches, seconds)``. The fixed sizes come first; on
-    the simulator it then grows the last size (the exercise's parallel dimensions times a factor) while
-    (a) the largest launch has fewer than MIN_BLOCKS blocks, or (b) a launch kept the same grid and block
-    at every size and the work has not yet reached MIN_BLOCKS times its threads (or 1.1 times its threads
-    times the elements per block of a launch that grows: more partials than a one-block second pass has threads); it
-    stops when the next size's predicted time would exceed the budget, and says so in :attr:`notes`.
+    ``for size in planner: ...; planner.observe(size, launches, seconds)``. The fixed sizes come first. On the
+    simulator it then grows the last size (the exercise's parallel dimensions times a factor) while
+
+    (a) a launch that grows with the input has fewer than MIN_BLOCKS blocks, or
+    (b) a launch kept the same grid and block at every size and the work has not yet reached MIN_BLOCKS times
+        its threads (or 1.1 times its threads times the elements per block of a launch that grows: more
+        partials than a one-block second pass has threads);
+
+    and, whatever the launches say (they are the submission's own claims), it checks one size of its own
+    schedule: a fraction of the exercise's ``sim_work`` drawn from the seed (SCHEDULE_RANGE), so that a
+    launch that does not really grow is found even when its records say it does.
+
+    Sizes are sized by work, never by the clock: the work of a size is the product of its dimensions, and
+    no grown size exceeds ``ex.sim_work`` (times SIM_WORK_SCALE), except one size that reaches past a launch
+    that stayed the same, which may go to DECISIVE_FACTOR times that. So the plan is the same on a fast
+    machine and a loaded one (a seed replays it), its memory is bounded whatever the submission claims, and a
+    slow machine only takes longer (the time limit then says "incomplete", not "failed": lib.grading.grader.report).
     """
 
-    def __init__(self, ex: Exercise, fixed: list, *, grow: bool, budget_s: float, max_steps: int = 4):
+    def __init__(self, ex: Exercise, fixed: list, *, grow: bool, seed: int = 0, work_cap: float | None = None,
+                 max_steps: int = MAX_STEPS):
         self.ex = ex
         self.fixed = list(fixed)
         self.grow = grow and ex.grow is not None
-        self.budget_s = budget_s
+        if work_cap is None and self.grow and not ex.sim_work:
+            raise ValueError(f"{ex.id}: the exercise declares no sim_work (the largest size the simulator grows it "
+                             "to): set it in lib/grading/exercises.py")
+        self.work_cap = float((ex.sim_work or 0) * SIM_WORK_SCALE if work_cap is None else work_cap)
         self.max_steps = max_steps
+        lo, hi = SCHEDULE_RANGE
+        self.schedule_fraction = lo + (hi - lo) * float(np.random.default_rng([int(seed) & 0xFFFFFFFF, 2]).random())
         self.history: list[tuple[tuple, list, float]] = []   # (size, launches, seconds)
         self.planned: list[tuple] = []
         self.notes: list[str] = []
         self._steps = 0
         self._forced = False
+        self._scheduled = False
 
     def __iter__(self):
         return self
@@ -218,35 +243,55 @@ class Planner:
             return self.fixed[len(self.planned)]
         if not self.grow or self._steps >= self.max_steps or len(self.history) < len(self.planned):
             return None
-        size, launches, seconds = max(self.history, key=lambda h: math.prod(h[0]))
-        if not launches:
+        size, launches, _ = max(self.history, key=lambda h: work(h[0]))
+        bigger = self._from_launches(size, launches) if launches else None
+        if bigger is None and not self._scheduled:  # the grader's own size, whatever the launches say
+            self._scheduled = True
+            bigger = self._largest_within(size, self.schedule_fraction * self.work_cap)
+        if bigger is None:
             return None
+        self._steps += 1
+        return bigger
+
+    def _from_launches(self, size, launches):
         factor = self._factor(size, launches)
         if factor is None:
             return None
-        spent = sum(h[2] for h in self.history)
-        while factor >= 1.5:
-            bigger = self.ex.grow(size, factor)
-            predicted = PREDICTION_MARGIN * seconds * math.prod(bigger) / max(math.prod(size), 1)
-            if spent + predicted <= self.budget_s:
-                self._steps += 1
-                return bigger
-            factor = factor / 1.5
-        # Out of budget (a slow machine, a slow kernel). If no size checked so far reaches past a launch that
-        # stayed the same at every size, or spans two blocks, the checks could not tell a launch that ignores
-        # the size from a right one: that one size is checked whatever it costs (the time limit still holds).
-        # (only the launch's own coverage: not the one-block-second-pass rule, whose sizes can be huge)
+        target = self.ex.grow(size, factor)
+        if work(target) <= self.work_cap:
+            return target
+        # Past the largest size checked here. If no size so far reaches past a launch that stayed the same at
+        # every size, or spans two blocks, the checks could not tell a launch that ignores the size from a
+        # right one: the smallest size that does is checked, up to DECISIVE_FACTOR times the cap (only the
+        # launch's own coverage: not the one-block-second-pass rule, whose sizes can be huge).
         decisive = None if self._forced else self._factor(size, launches, blocks=2, fixed_multiple=1.1, margin=1.1,
                                                           partials=False)
-        if decisive is not None:
+        if decisive is not None and work(self.ex.grow(size, decisive)) <= DECISIVE_FACTOR * self.work_cap:
             self._forced = True
-            self._steps += 1
-            self.notes.append(f"one size was checked past the {self.budget_s:.0f} s budget of a check here: the "
-                              "smallest that reaches past your launch")
-            return self.ex.grow(size, decisive)
-        self.notes.append(f"larger sizes were not checked: the next one would take more than the "
-                          f"{self.budget_s:.0f} s budget of a check here")
-        return None
+            reach = self.ex.grow(size, decisive)
+            if work(reach) > self.work_cap:
+                self.notes.append("one size was checked past the largest the simulator checks for this exercise: "
+                                  "the smallest that reaches past your launch")
+            return reach
+        largest = self._largest_within(size, self.work_cap)
+        note = ("larger sizes were not checked: your launches call for sizes past the largest the simulator "
+                f"checks for this exercise ({_work_label(self.work_cap)} elements of work); a GPU checks larger ones")
+        if note not in self.notes:
+            self.notes.append(note)
+        return largest
+
+    def _largest_within(self, size, cap):
+        """The largest ex.grow(size, f), f >= 1.5, whose work stays within `cap`; None if even 1.5x does not."""
+        best, factor = None, 1.5
+        while factor < 1e7:
+            bigger = self.ex.grow(size, factor)
+            if work(bigger) > cap:
+                break
+            best = bigger
+            factor *= 1.2
+        if best is None or work(best) <= max(work(h[0]) for h in self.history):
+            return None
+        return best
 
     def _units(self, size) -> int:
         """The work the launches spread over: the product of the dimensions that grow (rows for a
@@ -257,34 +302,57 @@ class Planner:
     def _factor(self, size, launches, blocks: int = MIN_BLOCKS, fixed_multiple: float = MIN_BLOCKS,
                 margin: float = 2.0, partials: bool = True):
         """How much larger the next size must be, or None when the checks already span enough: `blocks` blocks
-        of the widest launch (aiming at `margin` times that), and `fixed_multiple` times the threads of a
-        launch that stayed the same."""
+        of the widest launch that grows with the input (aiming at `margin` times that), and `fixed_multiple`
+        times the threads of a launch that stayed the same (a launch of one block that stays one block is
+        judged by its threads: a grid-stride loop of one block is right at any size, and growing the size
+        until it spans three blocks would never end)."""
         units = self._units(size)
-        widest = max(launches, key=lambda r: math.prod(r["grid"]))
-        have = math.prod(widest["grid"])
-        factor = 1.0
-        if have < blocks:
-            factor = max(factor, margin * blocks / max(have, 1))
         fixed = self.fixed_launches()
-        growing = [r for r in launches if _config(r) not in {_config(f) for f in fixed}]
+        fixed_configs = {_config(f) for f in fixed}
+        growing = [r for r in launches if _config(r) not in fixed_configs]
+        factor = 1.0
+        if growing:
+            have = math.prod(max(growing, key=lambda r: math.prod(r["grid"]))["grid"])
+            if have < blocks:
+                factor = max(factor, margin * blocks / max(have, 1))
         per_block = max((units / max(math.prod(r["grid"]), 1) for r in growing), default=1.0)
+        bigger = self.ex.grow(size, 2.0)
+        parallel = [d for d, b in zip(size, bigger) if b > d] or [units]
+        dims = len(parallel)
         for r in fixed:
             need = max(fixed_multiple * launch_threads(r),
                        1.1 * launch_threads(r) * per_block if growing and partials else 0)
             if units < need:
                 factor = max(factor, need / units)
+            # A launch that stays the same may give a thread to a row (one query, one softmax row) rather than
+            # to an element: its reach is then its threads (its widest side, for a 2-D launch) along one
+            # dimension, and the smallest dimension that grows must pass it.
+            (gx, gy, gz), (bx, by, bz) = [tuple(list(v) + [1] * (3 - len(v))) for v in (r["grid"], r["block"])]
+            side = launch_threads(r) if gy * by == 1 and gz * bz == 1 else max(gx * bx, gy * by, gz * bz)
+            if dims > 1 and min(parallel) < 1.1 * side:
+                factor = max(factor, (1.1 * side / min(parallel)) ** dims)
         if factor <= 1.0:
             return None
         # the parallel dimensions grow by the factor's root when there are several of them
-        dims = sum(1 for a, b in zip(size, self.ex.grow(size, 2.0)) if b > a) or 1
         return max(factor ** (1.0 / dims) * 1.1, 1.5)
 
 
+def work(size) -> int:
+    """The planner's measure of a size: the product of its dimensions (elements for 1-D, M·N·K for a matmul,
+    rows·cols·d for attention), proportional to what the simulator does for a kernel that reads its inputs."""
+    return math.prod(int(d) for d in size)
+
+
+def _work_label(n: float) -> str:
+    return f"{n / 1e6:.3g} M" if n >= 1e6 else f"{n / 1e3:.3g} k"
+
+
 def plan(ex: Exercise | str, seed: int, *, on_gpu: bool, secret: bool = False, extra_sizes=(),
-         budget_s: float | None = None) -> Planner:
+         work_cap: float | None = None) -> Planner:
     """The sizes to check for `ex`: the fixed ones (GPU or simulator list, plus `extra_sizes`), then, on the
-    simulator, larger ones chosen from the observed launches. `secret` jitters the fixed sizes from the seed
-    (so a student cannot replay the hidden ones) while keeping the size of 1."""
+    simulator, larger ones chosen from the observed launches and one from the grader's own schedule.
+    `secret` jitters the fixed sizes from the seed (so a student cannot replay the hidden ones) while keeping
+    the size of 1; the schedule's size is drawn from the seed either way."""
     ex = EXERCISES[ex] if isinstance(ex, str) else ex
     fixed = [tuple(int(d) for d in s) for s in (ex.gpu_cases if on_gpu else ex.sim_cases)]
     fixed += [tuple(int(d) for d in s) for s in extra_sizes]
@@ -294,8 +362,7 @@ def plan(ex: Exercise | str, seed: int, *, on_gpu: bool, secret: bool = False, e
     if secret:
         rng = np.random.default_rng([seed, 1])
         fixed = [tuple(d if d == 1 else d + int(rng.integers(0, max(2, d // 8))) for d in s) for s in fixed]
-    return Planner(ex, fixed, grow=not on_gpu,
-                   budget_s=SIM_BUDGET_S if budget_s is None else budget_s)
+    return Planner(ex, fixed, grow=not on_gpu, seed=seed, work_cap=work_cap)
 
 
 # --- preparing and executing -------------------------------------------------------------------------------
@@ -336,8 +403,7 @@ def describe_exception(exc: BaseException) -> str:
 def exception_hint(exc: BaseException) -> str:
     text = _safe_str(exc)
     if isinstance(exc, IndexError):
-        return ("a thread indexed outside an array: guard with `if i < n:` (the grid is rounded up to whole "
-                "blocks, so the last block has threads past the end).")
+        return index_hint(exc)
     if "values must be >= 1" in text:  # cuda.core's words (and the simulator's) for a grid or block with a 0
         return ("a launch needs at least one block of one thread: round the block count up, "
                 "(n + threads - 1) // threads, so that a small n still gets one block.")
@@ -436,21 +502,6 @@ def launch_structure(launches: list) -> dict | None:
     return {"threads": max(launch_threads(widest), 1), "block_threads": max(math.prod(widest["block"]), 1)}
 
 
-def _launch_sentence(fixed: list[dict], case: Case, unwritten: bool, mistake: str | None) -> str:
-    """'your launch k[1, 64] is the same at every size: ...', then the named mistake or what it implies."""
-    label = ", ".join(launch_label(r) for r in fixed)
-    threads = max(launch_threads(r) for r in fixed)
-    head = f"your launch {label} is the same at every size"
-    if mistake:
-        return f"{head}: {mistake}"
-    size = "x".join(map(str, case.size))
-    if unwritten:
-        return (f"{head}: at size {size}, the work past its {threads} threads is never computed. Compute the "
-                "grid from the size (or loop: for i in range(start, n, stride)).")
-    return (f"{head}: at size {size}, the work past its {threads} threads is only right if each thread loops "
-            "over all of its share.")
-
-
 def judge(case: Case, execution: Execution, history=()) -> CaseResult:
     """The verdict on one execution, in the trusted process. `history`: (size, launches, seconds) of the
     earlier sizes (Planner.history), to recognise a launch that does not grow with the input."""
@@ -497,6 +548,9 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
     bad = compare(actual, case.expected, tol.rtol, tol.atol, tol.scale)
     if bad is None:
         result.passed = True
+        # the known mistakes that this size rules out (each would have failed here): a mistake is named
+        # only when its model reproduces every size checked (lib.grading.grader.report.verdict)
+        result.models = model_verdicts(ex, case, execution, tol)
         return result
     written = _written_mask(execution)
     if written is not None:
@@ -505,23 +559,14 @@ def judge(case: Case, execution: Execution, history=()) -> CaseResult:
         bad.n_nonfinite = int((nan_or_inf & written).sum())
         bad.n_read_out = int(_reads_out(execution).sum())
     result.message = bad.describe()
-    result.hint = hint(bad)
-    mistake = _known_mistake(ex, case, execution, tol)
-    if mistake is not None:
-        result.mistake, sentence = mistake
-        result.hint = sentence
-    if mistake is None and bad.n_unwritten and len(case.out_shape) == 2 and _grid_covers(case, own):
-        result.hint = ("the grid covers the array (x along its columns, y along its rows), yet elements were "
-                       "never written: the index arithmetic swaps x and y? cuda.grid(2) returns (x, y), and x "
-                       "should run along the columns.")
     fixed = fixed_launches([(s, l) for s, l, *_ in history] + [(case.size, execution.launches)])
-    if fixed:
-        result.hint = _launch_sentence(fixed, case, bad.n_unwritten > 0, mistake and mistake[1])
-    empty = [r for r in own if launch_threads(r) == 0]
-    if empty:
-        result.hint = (f"your launch {launch_label(empty[0])} has no threads at size "
-                       f"{'x'.join(map(str, case.size))}: round the block count up, "
-                       "(n + threads - 1) // threads, so that a partial block is launched too.")
+    swapped = bool(bad.n_unwritten) and len(case.out_shape) == 2 and _grid_covers(case, own)
+    result.observed_hint = observed_hint(case, bad, own, fixed, written, swapped_xy=swapped)
+    result.hint = result.observed_hint
+    result.models = model_verdicts(ex, case, execution, tol)
+    mistake = name_mistake(ex, [n for n, said in result.models.items() if said == REPRODUCES])
+    if mistake is not None and not any(launch_threads(r) == 0 for r in own):
+        result.mistake, result.hint = mistake
     return result
 
 
@@ -566,20 +611,26 @@ def fixed_launches(runs) -> list[dict]:
     return [r for r in runs[-1][1] if _config(r) in common]
 
 
-def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
-    """(name, sentence) of the known-wrong variant whose output the student's equals, else None.
+REPRODUCES, SAME_ELEMENTS, DIFFERS = "reproduces", "same elements", "differs"
 
-    A model is asked for each fill the output had (NaN, then SENTINEL when there was a second run), with
-    ``fill=`` when it takes one. It matches when, for every fill it can model, its output equals the
-    student's, and it differs from the reference (a variant that is right on these inputs tells nothing).
-    When two or more variants match, these inputs cannot tell those mistakes apart (e.g. a ReLU applied
-    before the bias and no ReLU at all, where every dot product is positive): the case names them all,
-    "A or B", with each one's sentence; a case whose inputs separate them names one."""
+
+def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[str, str]:
+    """For each known-wrong variant whose model says something on this case, how it compares with the
+    student's output: REPRODUCES (every element within the check's own bound), SAME_ELEMENTS (wrong in
+    exactly the same elements, and within a hundredth of the mistake's own error there, but outside the
+    check's bound: a model that is exact only at small sizes, such as a sum added onto the fill, whose
+    rounding grows with the size) or DIFFERS (other elements or other values are wrong, or, at a size the
+    student passed, the mistake would have failed). A model is asked for each fill the output
+    had (NaN, then SENTINEL when there was a second run), with ``fill=`` when it takes one. A model that
+    declines (None), or that is right on these inputs (it equals the reference: it tells nothing), is left
+    out. A mistake is named on a case where it REPRODUCES, and only if no size checked DIFFERS
+    (lib.grading.grader.report.verdict)."""
     scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
-    matches = []
+    actual_bad = [compare(actual, case.expected, tol.rtol, tol.atol, scale) for actual in execution.outputs]
+    found = {}
     for v in variants(ex.id):
         verdicts = []
-        for fill, actual in zip(execution.fills, execution.outputs):
+        for fill, actual, bad in zip(execution.fills, execution.outputs, actual_bad):
             try:
                 try:
                     model = v.model(*case.inputs, execution.launches, fill=fill)
@@ -590,11 +641,40 @@ def _known_mistake(ex: Exercise, case: Case, execution: Execution, tol):
             if model is None or np.shape(model) != actual.shape:
                 continue
             model = np.asarray(model, dtype=np.float64)
-            if compare(model, case.expected, tol.rtol, tol.atol, scale) is None:
+            model_bad = compare(model, case.expected, tol.rtol, tol.atol, scale)
+            if model_bad is None:
                 continue
-            verdicts.append(compare(actual, model, tol.rtol, tol.atol, scale) is None)
-        if verdicts and all(verdicts):
-            matches.append((v.name, v.mistake))
+            if compare(actual, model, tol.rtol, tol.atol, scale) is None:
+                verdicts.append(REPRODUCES)
+            elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask) and _near(
+                    actual, model, case.expected, bad.wrong_mask):
+                verdicts.append(SAME_ELEMENTS)
+            else:
+                verdicts.append(DIFFERS)
+        if verdicts:
+            found[v.name] = (DIFFERS if DIFFERS in verdicts else SAME_ELEMENTS if SAME_ELEMENTS in verdicts
+                             else REPRODUCES)
+    return found
+
+
+def _near(actual, model, expected, wrong) -> bool:
+    """On the wrong elements, the output is far nearer the model than the model is to the reference (within a
+    hundredth of the mistake's own error): the mistake is this one, its model's rounding only is off."""
+    a, m, e = (np.asarray(v, np.float64)[wrong] for v in (actual, model, expected))
+    with np.errstate(invalid="ignore"):
+        off, own = np.abs(a - m), np.abs(m - e)
+    finite = np.isfinite(off) & np.isfinite(own)
+    return bool(finite.all() and (off <= 0.01 * own).all())
+
+
+def name_mistake(ex: Exercise | str, names: list[str]) -> tuple[str, str] | None:
+    """(name, sentence) for the known mistakes `names` (those whose models reproduce the output), else None.
+    When two or more match, these inputs cannot tell those mistakes apart (e.g. a ReLU applied before the
+    bias and no ReLU at all, where every dot product is positive): the case names them all, "A or B", with
+    each one's sentence; a case whose inputs separate them names one."""
+    ex_id = ex if isinstance(ex, str) else ex.id
+    sentences = {v.name: v.mistake for v in variants(ex_id)}
+    matches = [(n, sentences[n]) for n in names if n in sentences]
     if len(matches) <= 1:
         return matches[0] if matches else None
     return (" or ".join(name for name, _ in matches),

@@ -36,13 +36,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.grading.exercises import EXERCISES
+from lib.grading.exercises import EXERCISES, RETIRED
 
 SOCKET_ENV = "BOOK_GRADE_SOCKET"   # set in the sandbox: the path of the grader's socket
 MAGIC = b"BKG1"
 HEADER_CAP = 64 * 1024
 TEXT_CAP = 300                     # characters of any text a submission sends (exception messages)
 CONNECTION_CAP = 500               # grade() calls (and other connections) per submission
+CONCURRENT_CAP = 2                 # connections of one submission served at once (the rest wait their turn):
+                                   # what one submission makes the grader hold is at most this many cases
+FIRST_MESSAGE_S = 30.0             # a connection that says nothing for this long is closed
 
 
 class ProtocolError(Exception):
@@ -90,6 +93,8 @@ def recv(sock: socket.socket, *, max_arrays: int, array_cap: int, deadline: floa
         header = json.loads(_read_exact(sock, head_len, deadline).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"a header that is not UTF-8 JSON ({type(exc).__name__})") from None
+    except RecursionError:  # [[[[...]]]] 30,000 deep: json's recursion gives up
+        raise ProtocolError("a header nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("a header that is not a JSON object")
     arrays = []
@@ -134,8 +139,10 @@ class Verdicts:
 class Server:
     """Listens on `path` for one submission's sandbox; judges every grade() call it receives."""
 
-    def __init__(self, path: str, student: str, seeds: Seeds, on_gpu: bool, extra_sizes: dict):
+    def __init__(self, path: str, student: str, seeds: Seeds, on_gpu: bool, extra_sizes: dict, on_verdict=None):
         self.student, self.seeds, self.on_gpu, self.extra_sizes = student, seeds, on_gpu, extra_sizes
+        self.on_verdict = on_verdict      # called (no arguments) after each verdict is recorded
+        self._slots = threading.BoundedSemaphore(CONCURRENT_CAP)
         self.verdicts = Verdicts()
         self._calls: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -151,18 +158,27 @@ class Server:
 
     def _accept(self):
         while len(self._connections) < CONNECTION_CAP:
+            while not self._slots.acquire(timeout=0.5):  # at most CONCURRENT_CAP served at once
+                if self._closed:
+                    return
             try:
                 conn, _ = self._listener.accept()
             except OSError:
+                self._slots.release()
                 return
             with self._lock:
                 if self._closed:
                     conn.close()
+                    self._slots.release()
                     return
                 self._connections.append(conn)
             t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
-            self._threads.append(t)
-            t.start()
+            try:
+                t.start()
+                self._threads.append(t)
+            except RuntimeError:  # no thread to be had (the grader's own memory limit): that connection only
+                conn.close()
+                self._slots.release()
 
     def close(self) -> Verdicts:
         """Stop listening, cut every connection (a grade() in progress is recorded as cut), and return."""
@@ -183,9 +199,18 @@ class Server:
         return self.verdicts
 
     def _handle(self, conn: socket.socket):
+        try:
+            self._serve(conn)
+        except BaseException as exc:  # noqa: BLE001 - nothing a connection does may print a traceback or stop
+            with self._lock:          # the grader: it is counted as a malformed message
+                self.verdicts.protocol_errors.append(f"the grader failed on a message ({type(exc).__name__})")
+        finally:
+            self._slots.release()
+
+    def _serve(self, conn: socket.socket):
         with conn:
             try:
-                header, _ = recv(conn, max_arrays=0, array_cap=0, deadline=time.monotonic() + 600)
+                header, _ = recv(conn, max_arrays=0, array_cap=0, deadline=time.monotonic() + FIRST_MESSAGE_S)
                 op = header.get("op")
                 if op == "grade":
                     self._grade(conn, header.get("exercise"))
@@ -201,12 +226,22 @@ class Server:
 
     def _grade(self, conn: socket.socket, exercise_id):
         from lib.grading.grader import cases
-        from lib.grading.grader.report import ERROR, TIMEOUT, verdict
+        from lib.grading.grader.report import ERROR, verdict
 
         if not isinstance(exercise_id, str) or exercise_id not in EXERCISES:
             send(conn, {"op": "unknown", "exercises": sorted(EXERCISES)})
             return
         ex = EXERCISES[exercise_id]
+        if exercise_id in RETIRED:  # the book's kernels/ answer it (that is why it retired): no verdict here
+            from lib.grading.grader.report import GradeReport
+
+            report = GradeReport(ex.id, "not graded", 0, show_seed=False,
+                                 message=f"{ex.id} is a retired exercise: the book's kernels/ answer it, so the "
+                                         "instructor's grader gives no verdict on it (README, threat model)")
+            with self._lock:
+                self.verdicts.reports[exercise_id] = report
+            send(conn, {"op": "done", "status": report.status, "passed": False})
+            return
         with self._lock:
             call = self._calls[exercise_id] = self._calls.get(exercise_id, 0) + 1
         seed = self.seeds.seed(self.student, exercise_id, call)
@@ -219,11 +254,13 @@ class Server:
         try:
             for size in planner:
                 case = cases.prepare_case(ex, size, rng)
+                sent = time.monotonic()
                 send(conn, {"op": "case", "exercise": ex.id, "size": list(case.size),
                             "out_shape": list(case.out_shape), "limit_s": max(deadline - time.monotonic(), 0.0)},
                      case.inputs)
                 execution = _execution(case, *recv(conn, max_arrays=2 + len(case.inputs),
                                                    array_cap=_array_cap(case), deadline=deadline))
+                execution.seconds = time.monotonic() - sent  # the grader's clock, not the submission's word
                 if execution.outcome == "timeout":
                     raise TimeoutError
                 result = cases.judge(case, execution, planner.history)
@@ -261,6 +298,8 @@ class Server:
         finally:
             report = verdict(ex.id, seed, results, len(planner.planned), timed_out=timed_out,
                              limit_s=ex.time_limit_s, notes=planner.notes, seconds=time.monotonic() - t0,
+                             running=planner.planned[len(results)] if timed_out and len(planner.planned)
+                             > len(results) else None,
                              perf=perf.get("checks"), perf_note=perf.get("note", ""),
                              perf_gates=ex.perf is not None and ex.perf.gates)
             report.show_seed = self.seeds.secret is None
@@ -268,10 +307,13 @@ class Server:
                 report.status = ERROR
                 report.message = (f"the check stopped after {len(results)} of {len(planner.planned)} sizes: "
                                   f"{stopped}")
-            elif timed_out and all(c.passed for c in results):
-                report.status = TIMEOUT
             with self._lock:
                 self.verdicts.reports[exercise_id] = report
+            if self.on_verdict is not None:
+                try:
+                    self.on_verdict()
+                except Exception:  # noqa: BLE001 - the progress file is a convenience, never a fault
+                    pass
         try:
             send(conn, {"op": "done", "status": report.status, "passed": report.passed})
         except OSError:

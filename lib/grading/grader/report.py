@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from lib.grading.grader.cases import CaseResult, launch_label
 
 PASSED, FAILED, NOT_ATTEMPTED, TIMEOUT, ERROR = "passed", "failed", "not attempted yet", "timed out", "error"
+INCOMPLETE = "incomplete"   # time ran out after every size checked had passed: not a pass, not a failure
 MAX_LAUNCHES_SHOWN = 4
 
 
@@ -63,7 +64,8 @@ class GradeReport:
         return f"grade({self.exercise!r}, fn, seed={self.seed})"
 
     def __str__(self):
-        head = {PASSED: "PASSED", NOT_ATTEMPTED: "NOT ATTEMPTED YET"}.get(self.status, "FAILED")
+        head = {PASSED: "PASSED", NOT_ATTEMPTED: "NOT ATTEMPTED YET", INCOMPLETE: "INCOMPLETE"}.get(self.status,
+                                                                                                  "FAILED")
         seed = f"seed {self.seed}, " if self.show_seed else ""
         lines = [f"{self.exercise}: {head}  ({seed}{self.seconds:.1f} s, {self.cases_passed} of "
                  f"{self.planned} sizes passed)"]
@@ -94,7 +96,7 @@ class GradeReport:
     __repr__ = __str__
 
     def _repr_html_(self):
-        color = {PASSED: "#1a7f37", NOT_ATTEMPTED: "#6e7781"}.get(self.status, "#cf222e")
+        color = {PASSED: "#1a7f37", NOT_ATTEMPTED: "#6e7781", INCOMPLETE: "#9a6700"}.get(self.status, "#cf222e")
         title = {PASSED: "passed", NOT_ATTEMPTED: "not attempted yet"}.get(self.status, self.status)
         esc = html.escape
         rows = "".join(
@@ -134,7 +136,7 @@ class GradeReport:
 
 def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *, timed_out: bool = False,
             limit_s: float = 0.0, notes=(), seconds: float = 0.0, perf=None, perf_note: str = "",
-            perf_gates: bool = False) -> GradeReport:
+            perf_gates: bool = False, running=None) -> GradeReport:
     """The report from the case results. Passed only when every planned size was checked and passed, and,
     where the exercise's performance property gates, every property checked passed (a property failure is
     reported apart: "correct ✓, coalesced ✗ (...)")."""
@@ -145,11 +147,23 @@ def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *
         report.message = next(c.message for c in results if c.not_attempted)
         report.cases = []
         return report
+    _confirm_mistakes(results, exercise)
     failed = next((c for c in results if not c.passed), None)
     if failed is not None:
         report.status = ERROR if failed.raised else FAILED
         report.message = f"size {size_label(failed.size)}: {failed.message}"
         report.hint = failed.hint
+        return report
+    if timed_out and results:
+        # Every size checked so far passed: the clock ran out, the answer did not go wrong. Not a pass (a check
+        # that did not run is not one), and not a failure either.
+        where = f" (size {size_label(running)})" if running else ""
+        report.status = INCOMPLETE
+        report.message = (f"incomplete: the {len(results)} size(s) checked all passed, and the time limit of "
+                          f"{limit_s:.0f} s ran out during size {len(results) + 1} of {planned}{where}")
+        report.hint = ("a slow machine or a slow kernel, not a wrong answer: run the check again (or on a GPU). "
+                       "If that size should take seconds, look for an endless loop or a barrier that not every "
+                       "thread reaches.")
         return report
     if timed_out:
         report.status = TIMEOUT
@@ -168,6 +182,27 @@ def verdict(exercise: str, seed: int, results: list[CaseResult], planned: int, *
         return report
     report.status = PASSED
     return report
+
+
+def _confirm_mistakes(results: list[CaseResult], exercise: str):
+    """A known mistake stays named on a case only if no size checked contradicts its model: a size that
+    passed, where the mistake would have failed, or a failed size whose wrong elements are not the ones the
+    mistake gets wrong, rules it out (lib.grading.grader.cases.model_verdicts). A case whose every named
+    mistake is ruled out says what was observed instead (CaseResult.observed_hint)."""
+    ruled_out = {name for c in results for name, said in c.models.items() if said == "differs"}
+    for c in results:
+        if c.passed or not c.mistake:
+            continue
+        names = [n for n in c.mistake.split(" or ") if n not in ruled_out]
+        if len(names) == len(c.mistake.split(" or ")):
+            continue
+        from lib.grading.grader.cases import name_mistake
+
+        named = name_mistake(exercise, names) if names else None
+        if named is None:
+            c.mistake, c.hint = "", c.observed_hint or c.hint
+        else:
+            c.mistake, c.hint = named
 
 
 def perf_hint(exercise: str) -> str:

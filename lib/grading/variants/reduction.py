@@ -453,8 +453,9 @@ VARIANTS = {
     ],
     "max_row_sum": [
         Variant("0 as the identity of max",
-                "every row sum is negative here and you answered 0: start the maximum (and out) from -inf, the "
-                "identity of max",
+                "every row sum is negative here and you answered 0: a 0 entered the maximum. Each value it "
+                "starts from must be -inf, the identity of max: the maximum itself, out before the atomics, and "
+                "every padding slot (a lane or a shared-memory slot past the last row)",
                 lambda a, launches, fill=np.nan: np.array([max(0.0, _rows64(a).sum(axis=1).max())]),
                 _row_sums(start=0.0)),
         Variant("largest column sum",
