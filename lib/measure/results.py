@@ -288,3 +288,14 @@ def roofline_points(folder: Path | None = None) -> tuple[list[dict], int]:
                            "device": row.device, "intensity": flops / nbytes,
                            "tflops": flops / (ms * 1e-3) / 1e12})
     return points, unplaced
+
+
+def glue(name: str, text: str) -> None:
+    """A number for the page's prose (``{glue:text}`name```), computed from data/: myst-nb's glue, which the
+    book's build has; where myst-nb is not installed (a notebook on a bare GPU machine) there is no prose to
+    fill in and nothing to do."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return
+    myst_glue(name, text, display=False)

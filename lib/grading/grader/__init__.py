@@ -85,7 +85,7 @@ def _grade(exercise_id: str, fn, seed: int | None, time_limit_s: float | None) -
         try:
             for size in planner:
                 case = prepare_case(ex, size, rng)
-                execution = execute_case(fn, case.public(), stop=stop)
+                execution = execute_case(fn, case.public(), stop=stop, schedule=[seed, len(results)])
                 result = judge(case, execution, planner.history)
                 results.append(result)
                 planner.observe(size, execution.launches, execution.seconds)

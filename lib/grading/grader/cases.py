@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from lib import mode
 from lib.grading.check import compare
 from lib.grading.exercises import EXERCISES
 from lib.grading.grader.diagnose import index_hint, observed_hint
@@ -416,9 +417,16 @@ def exception_hint(exc: BaseException) -> str:
     return ""
 
 
-def execute_case(fn, case: Case, *, stop=None) -> Execution:
+def execute_case(fn, case: Case, *, stop=None, schedule=None) -> Execution:
     """Run ``fn(*inputs, out)`` on the device (the student's process). `stop` (a threading.Event) set by a
-    supervisor means a GradeTimeout raised in here is the supervisor's, not the student's."""
+    supervisor means a GradeTimeout raised in here is the supervisor's, not the student's. On the simulator,
+    `schedule` (ints, e.g. ``[seed, case number]``) seeds the order its blocks and threads run in
+    (:func:`lib.runtime.simulator.schedule_seed`), so that a replay of the case replays that order."""
+    if schedule is not None and mode.SIMULATOR:
+        from lib.runtime import simulator
+
+        with simulator.schedule_seed([int(v) for v in schedule]):
+            return execute_case(fn, case, stop=stop)
     from numba import cuda
 
     from lib.runtime import launches as launch_hooks, quiet_launches

@@ -14,8 +14,8 @@ Some mistakes have no single output. :data:`RACES` names the variants whose resu
 (a non-atomic ``out[0] += x[i]``, a missing barrier): their model is None and, on the simulator, the
 debugger (:mod:`lib.runtime.simdebug`) reports the race instead. :data:`SIMULATOR_ONLY_MODELS` names the variants
 whose model is what the simulator does with behaviour a GPU leaves undefined (a shuffle from a lane that
-has exited yields NaN there) or with an order a GPU does not promise (blocks that each store into out[0]:
-the simulator runs blocks in order, so the last block's value stays; a GPU usually, not always, agrees).
+has exited yields NaN there) or with an order a GPU does not promise (the order in which atomics add
+block partials into a start value that was never zeroed: the simulator's is one seeded order).
 :data:`MAY_PASS_ON_A_GPU` names undefined behaviour that a GPU may happen to run right (the shuffle from an
 exited lane gave the right sums on an H200): only the simulator shows it. :data:`DIAGNOSED` maps the variants
 that produce no output on the simulator, because it stops them with a report (a broken mbarrier protocol: a
