@@ -595,24 +595,33 @@ def _setmaxnreg_twin(inc: bool):
     return twin
 
 
-def _named_barrier_sync_twin(barrier_id, nthreads):
+def _named_barrier_count(op, barrier_id, nthreads, first_id):
+    """Count this thread at a named barrier (bar.sync and bar.arrive alike); the count's last thread releases
+    the waiting ones. Returns None when released, else what the barrier waits for."""
     sim = _sim()
     st, t = _block()
     bid, nthreads = int(barrier_id), int(nthreads)
-    if not 0 <= bid < 16:
-        raise ValueError(f"named_barrier_sync: barrier id must be in 0..15, got {bid}")
+    if not first_id <= bid < 16:
+        raise ValueError(f"{op}: barrier id must be in {first_id}..15"
+                         f"{' (0 is __syncthreads)' if first_id else ''}, got {bid}")
     if nthreads % 32 or not 0 < nthreads <= t.manager.nthreads:
-        raise ValueError(f"named_barrier_sync: the thread count must be a multiple of 32 up to the block's "
+        raise ValueError(f"{op}: the thread count must be a multiple of 32 up to the block's "
                          f"{t.manager.nthreads}, got {nthreads}")
     arrived = st.named.setdefault(bid, [])
     arrived.append(t.thread_id)
     if len(arrived) == nthreads:
         del st.named[bid]
         sim.unpark(("named", bid))
-    else:
-        what = f"named_barrier_sync({bid}, {nthreads}): {len(arrived)} of {nthreads} threads arrived"
-        sim.describe_parked(("named", bid), what)
-        sim.park(("named", bid), what)
+        return None
+    what = f"named_barrier_sync({bid}, {nthreads}): {len(arrived)} of {nthreads} threads arrived"
+    sim.describe_parked(("named", bid), what)
+    return what
+
+
+def _named_barrier_sync_twin(barrier_id, nthreads):
+    what = _named_barrier_count("named_barrier_sync", barrier_id, nthreads, 0)
+    if what is not None:
+        _sim().park(("named", int(barrier_id)), what)
 
 
 def _store_acc_twin(c, acc, row, col):
@@ -1070,22 +1079,7 @@ def _wgmma_ex_twin(n: int, kind: str, a_regs: bool, trans_b: bool):
 def _named_barrier_arrive_twin(barrier_id, nthreads):
     """bar.arrive: count this thread at barrier id without waiting; completing the count releases the
     threads that wait there with named_barrier_sync (the ping-pong of two warpgroups' turns)."""
-    sim = _sim()
-    st, t = _block()
-    bid, nthreads = int(barrier_id), int(nthreads)
-    if not 1 <= bid < 16:
-        raise ValueError(f"named_barrier_arrive: barrier id must be in 1..15 (0 is __syncthreads), got {bid}")
-    if nthreads % 32 or not 0 < nthreads <= t.manager.nthreads:
-        raise ValueError(f"named_barrier_arrive: the thread count must be a multiple of 32 up to the block's "
-                         f"{t.manager.nthreads}, got {nthreads}")
-    arrived = st.named.setdefault(bid, [])
-    arrived.append(t.thread_id)
-    if len(arrived) == nthreads:
-        del st.named[bid]
-        sim.unpark(("named", bid))
-    else:
-        sim.describe_parked(("named", bid), f"named_barrier_sync({bid}, {nthreads}): {len(arrived)} of "
-                            f"{nthreads} threads arrived")
+    _named_barrier_count("named_barrier_arrive", barrier_id, nthreads, 1)
 
 
 def _fence_operands_twin(values):
