@@ -94,6 +94,22 @@ def execute(path: Path, timeout: int = 1200, kernel_name: str = "python3"):
     return nb, time.perf_counter() - t0, error
 
 
+def warning_boxes(nb) -> list[str]:
+    """What a reader would see as a red/pink box: stderr streams and error outputs (first line of each)."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                text = "".join(out.get("text", "")).strip()
+            elif out.get("output_type") == "error":
+                text = f"{out.get('ename')}: {out.get('evalue')}"
+            else:
+                continue
+            if text:
+                found.append(f"cell {index}: {text.splitlines()[0][:200]}")
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("paths", nargs="*", type=Path)
@@ -106,7 +122,10 @@ def main(argv=None) -> int:
     for path in paths:
         nb, seconds, error = execute(path, timeout=args.timeout)
         status = "ok" if error is None else "FAILED"
-        print(f"{status:<6} {seconds:7.1f} s  {path}", flush=True)
+        boxes = warning_boxes(nb)
+        print(f"{status:<6} {seconds:7.1f} s  {path}  ({len(boxes)} warning boxes)", flush=True)
+        for line in boxes[:10]:
+            print(f"    {line}", flush=True)
         if error is not None:
             failed += 1
             print(str(error)[-3000:])
