@@ -36,7 +36,7 @@ from lib.runtime import hopper
 from lib.runtime.dynamic_shared import allow_dynamic_shared
 from lib.runtime.quiet_launches import quiet
 from lib.runtime.validate import require
-from kernels import flash_tc
+from kernels import flash_tc, triton_baselines
 from kernels.attention import attention_flops
 
 CHAPTER = "flash3"
@@ -471,10 +471,66 @@ def _check(kind, d, causal, rung, rng):
         raise AssertionError(f"{name} d={d} failed its float64 check, not timed: {bad.describe()}")
 
 
+def _triton_check(kind, d, causal, warp_specialize, config, rng):
+    """Raise unless Triton's attention, run with the configuration its autotuning chose, matches float64 at
+    CHECK_SIZE within the rungs' tolerance."""
+    import torch
+
+    from lib.grading.check import compare
+
+    heads, n = CHECK_SIZE
+    q, k, v = flash_tc.make_inputs(kind)((heads, n, d), rng)
+    expected = flash_tc.reference(kind, causal)(q, k, v)
+    tol = flash_tc.tolerance(kind, causal)(q, k, v, expected)
+    dtype = torch.float16 if kind == "fp16" else torch.bfloat16
+    t = [torch.as_tensor(x, device="cuda").view(dtype).unsqueeze(0) for x in (q, k, v)]
+    out = torch.full_like(t[0], float("nan"))
+    triton_baselines.attention(*t, out, causal, warp_specialize, config=config)
+    bad = compare(out[0].float().cpu().numpy(), expected, tol.rtol, tol.atol, tol.scale)
+    if bad is not None:
+        name = triton_baselines.attention_name(kind, causal, warp_specialize)
+        raise AssertionError(f"{name} d={d} ({triton_baselines.describe(config)}) failed its float64 check, "
+                             f"not timed: {bad.describe()}")
+
+
+def triton_variants(causal: bool) -> list[bool]:
+    """warp_specialize values of Triton's attention to run: tutorial 06's benchmark runs the non-causal
+    forward on Hopper without and with it, the causal one without."""
+    return [False] if causal else [False, True]
+
+
+def _triton_vs(kind, n, d, causal, tq, tk, tv, flops, rng) -> dict:
+    """TFLOP/s of Triton's tutorial attention on this shape's inputs (each variant autotuned, its choice
+    checked against float64, then timed), or NaN and the reason it was skipped."""
+    import torch
+
+    from lib.measure.timing import time_cuda
+
+    reason = triton_baselines.unavailable_reason()
+    row = {"triton_tflops": np.nan, "triton_ws_tflops": np.nan, "triton_note": ""}
+    if reason is not None:
+        row["triton_note"] = f"skipped: {reason}"
+        return row
+    dtype = torch.float16 if kind == "fp16" else torch.bfloat16
+    q, k, v = (x.view(dtype).unsqueeze(0) for x in (tq, tk, tv))
+    out = torch.empty_like(q)
+    notes = []
+    for ws in triton_variants(causal):
+        run = lambda ws=ws: triton_baselines.attention(q, k, v, out, causal, ws)  # noqa: E731
+        run()                                     # autotunes this shape (first time in this process)
+        config = triton_baselines.best_config("attention")
+        _triton_check(kind, d, causal, ws, config, rng)
+        row["triton_ws_tflops" if ws else "triton_tflops"] = round(time_cuda(run, flops=flops).tflops, 1)
+        notes.append(("ws: " if ws else "") + triton_baselines.describe(config))
+    row["triton_note"] = "; ".join(notes)
+    return row
+
+
 def record_vs_sdpa(folder) -> Path:
     """On the GPU, one row per shape of EXTRA_SHAPES: SDPA timed alone (its own 16-bit output, no float32
-    copy: the ladder's baseline includes that copy) and every rung, each checked against float64 at
-    CHECK_SIZE first, all in this run (flash3.vs_sdpa.csv)."""
+    copy: the ladder's baseline includes that copy), every rung, and Triton's tutorial attention (16-bit
+    output too; kernels.triton_baselines), each checked against float64 at CHECK_SIZE first, all in this
+    run (flash3.vs_sdpa.csv); and what autotuning Triton cost (flash3.triton.csv)."""
     import pandas as pd
     import torch
 
@@ -496,10 +552,18 @@ def record_vs_sdpa(folder) -> Path:
             t = time_cuda(lambda: flash3(q, k, v, out, kind, causal, rung), flops=flops).tflops
             row[f"{rung}_tflops"] = round(t, 1)
             row[f"{rung}_x_sdpa"] = round(t / base, 3)
+        row.update(_triton_vs(kind, n, d, causal, tq, tk, tv, flops, rng))
         rows.append({**row, **env})
     path = Path(folder) / f"{CHAPTER}.vs_sdpa.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
+    triton_baselines.write_tuning(Path(folder) / f"{CHAPTER}.triton.csv", env, triton_names())
     return path
+
+
+def triton_names() -> list[str]:
+    """The names of the Triton attention kernels record_vs_sdpa runs."""
+    return sorted({triton_baselines.attention_name(kind, causal, ws) for kind, _, _, causal in EXTRA_SHAPES
+                   for ws in triton_variants(causal)})
 
 
 def record_sdpa_kernels(folder) -> Path:
@@ -615,11 +679,12 @@ def record_ncu(folder) -> Path | None:
 
 
 def record_extra(folder) -> list[Path]:
-    """On the GPU: flash3.vs_sdpa.csv, flash3.sdpa_kernels.csv, flash3.kernels.csv and (with ncu)
-    flash3.ncu.csv."""
+    """On the GPU: flash3.vs_sdpa.csv (with Triton's attention), flash3.triton.csv, flash3.sdpa_kernels.csv,
+    flash3.kernels.csv and (with ncu) flash3.ncu.csv."""
     if lib.SIMULATOR:
         raise RuntimeError("record_extra measures the GPU: run `python -m tools.record flash3` on a GPU")
-    paths = [record_vs_sdpa(folder), record_sdpa_kernels(folder), kernel_resources(folder)]
+    paths = [record_vs_sdpa(folder), _results_path("triton", folder), record_sdpa_kernels(folder),
+             kernel_resources(folder)]
     ncu = record_ncu(folder)
     return paths + ([ncu] if ncu else [])
 
@@ -641,14 +706,43 @@ def vs_sdpa_table(folder=None):
     df = pd.read_csv(_results_path("vs_sdpa", folder))
     rows = {}
     for _, r in df.iterrows():
-        label = f"{r['kind']} {r['heads']}×{r['n']}×{r['d']}" + (" causal" if r["causal"] else "")
         row = {"SDPA": f"{r['sdpa_tflops']:.0f}"}
         for rung in RUNGS:
             row[rung] = f"{r[f'{rung}_tflops']:.0f} ({r[f'{rung}_x_sdpa']:.2f}×)"
-        rows[label] = row
+        rows[_shape_label(r)] = row
     out = pd.DataFrame(rows).T
     out.index.name = "TFLOP/s (× SDPA)"
     return out
+
+
+def _shape_label(r) -> str:
+    return f"{r['kind']} {r['heads']}×{r['n']}×{r['d']}" + (" causal" if r["causal"] else "")
+
+
+def vs_triton_table(folder=None):
+    """Per recorded shape (flash3.vs_sdpa.csv, one run): SDPA, Triton's tutorial attention (the faster of its
+    variants; × SDPA), the best rung, and the best rung's ratio to Triton. A run recorded without Triton, or
+    before it was added, shows '—' (flash3.triton.csv says why)."""
+    import pandas as pd
+
+    df = pd.read_csv(_results_path("vs_sdpa", folder))
+    rows = {}
+    for _, r in df.iterrows():
+        tri = np.nanmax([float(r.get(c, np.nan)) for c in ("triton_tflops", "triton_ws_tflops")] + [-np.inf])
+        best_rung = max(RUNGS, key=lambda rung: r[f"{rung}_tflops"])
+        best, base = r[f"{best_rung}_tflops"], r["sdpa_tflops"]
+        rows[_shape_label(r)] = {"SDPA": f"{base:.0f}",
+                                 "Triton": f"{tri:.0f} ({tri / base:.2f}×)" if np.isfinite(tri) else "—",
+                                 "best rung": f"{best:.0f} {best_rung}",
+                                 "÷ Triton": f"{best / tri:.2f}×" if np.isfinite(tri) else "—"}
+    out = pd.DataFrame(rows).T
+    out.index.name = "TFLOP/s (× SDPA)"
+    return out
+
+
+def triton_note(folder=None) -> str:
+    """What flash3.triton.csv says about the Triton baseline of the recorded run, in lines for the page."""
+    return triton_baselines.tuning_summary(_results_path("triton", folder), CHAPTER)
 
 
 def sdpa_kernels(folder=None):

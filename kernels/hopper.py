@@ -25,6 +25,7 @@ from lib.runtime import hopper
 from lib.runtime.dynamic_shared import allow_dynamic_shared
 from lib.runtime.mma import b16_values, bf16_bits
 from lib.runtime.quiet_launches import quiet
+from kernels import triton_baselines
 
 CHAPTER = "hopper"
 KINDS = ("f16", "bf16", "tf32")
@@ -414,12 +415,38 @@ SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (4000, 3000, 4000)]   # the las
 SIM_SIZES = {kind: [(BM, BN, 5 * tile_k(kind)), (100, 200, 5 * tile_k(kind) - 8)] for kind in KINDS}
 
 
+def _triton_matmul(kind):
+    def run(a, b, c):
+        """Triton's tutorial matmul (kernels.triton_baselines: autotuned, float32 C) on the same A and B:
+        A · (Bᵀ), B's transpose a strided view, as cuBLAS reads it."""
+        import torch
+
+        precision = PRECISION[kind]
+        if kind != "tf32":
+            a, b = a.view(getattr(torch, precision)), b.view(getattr(torch, precision))
+        triton_baselines.matmul(a, b.t(), c, precision)
+    return run
+
+
+def triton_name(kind: str) -> str:
+    return triton_baselines.matmul_name(PRECISION[kind])
+
+
+def _baselines(kind):
+    """cuBLAS; and Triton's tutorial matmul where Triton is installed (else hopper.triton.csv says why)."""
+    out = [BASELINES[kind]]
+    if triton_baselines.available():
+        out.append(Baseline(triton_name(kind), _triton_matmul(kind), "Triton tutorial 03, autotuned, fp32 out",
+                            dtype=PRECISION[kind]))
+    return out
+
+
 def _ladder(kind):
     return Ladder(chapter=CHAPTER, topic=f"{kind} gemm", description=f"C = A·Bᵀ, {kind} inputs, float32 out",
                   make_inputs=_inputs(kind), out_shape=lambda a, b: (a.shape[0], b.shape[0]),
                   reference=_reference(kind), bytes=gemm_bytes(kind), flops=gemm_flops, unit="TFLOP/s",
                   sizes=SIZES, sim_sizes=SIM_SIZES[kind], rungs=[_rung(r, kind) for r in MAKERS],
-                  baselines=[BASELINES[kind]], tolerance=gemm_tolerance(kind))
+                  baselines=_baselines(kind), tolerance=gemm_tolerance(kind))
 
 
 LADDERS = [_ladder(kind) for kind in KINDS]
@@ -502,7 +529,8 @@ def ncu_workload():
 
 
 def record_extra(folder) -> list[Path]:
-    """On the GPU: hopper.kernels.csv (resources, SASS counts, ptxas warnings) and, with ncu,
+    """On the GPU: hopper.kernels.csv (resources, SASS counts, ptxas warnings), hopper.triton.csv (what
+    autotuning the Triton baseline cost in this run and what it chose, or why it was skipped) and, with ncu,
     hopper.ncu.csv (tensor pipe, issue, stall reasons of every FP16 rung and cuBLAS at 4096³)."""
     import pandas as pd
 
@@ -520,6 +548,8 @@ def record_extra(folder) -> list[Path]:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    paths.append(triton_baselines.write_tuning(folder / f"{CHAPTER}.triton.csv", env,
+                                               [triton_name(kind) for kind in KINDS]))
     try:
         launches, dropped, _ = profile([sys.executable, "-m", "kernels.hopper", "--ncu-workload"],
                                        WARP_STATE + NCU_EXTRA, cwd=lib.ROOT)
@@ -547,7 +577,9 @@ KIND_LABELS = {"f16": "FP16", "bf16": "BF16", "tf32": "TF32"}
 
 def ladder_table(df, size="8192x8192x8192", rungs=None):
     """Recorded TFLOP/s of the rungs at `size`, one column per input kind, each with its ratio to cuBLAS
-    measured in the same run (a 'cuBLAS' row last). Rungs not recorded are left empty."""
+    measured in the same run (a 'cuBLAS' row last). The full ladder (`rungs` None) adds Triton's tutorial
+    matmul from the same run, and the best rung's ratio to it. Rungs not recorded are left empty; a run
+    recorded without Triton shows '—' there (hopper.triton.csv says why)."""
     import pandas as pd
 
     values = df[df["size"] == size].set_index("kernel")["value"]
@@ -559,10 +591,21 @@ def ladder_table(df, size="8192x8192x8192", rungs=None):
             v = values.get(rung_name(rung, kind))
             col[f"{i + 1} {rung}"] = "" if v is None or base is None else f"{v:.0f} ({v / base:.2f}×)"
         col["cuBLAS"] = "" if base is None else f"{base:.0f}"
+        if rungs is None:
+            tri = values.get(triton_name(kind))
+            best = max((values[rung_name(r, kind)] for r in MAKERS if rung_name(r, kind) in values), default=None)
+            col["Triton"] = "—" if tri is None or base is None else f"{tri:.0f} ({tri / base:.2f}×)"
+            col["best ÷ Triton"] = "—" if tri is None or best is None else f"{best / tri:.2f}×"
         table[label] = col
     out = pd.DataFrame(table)
     out.index.name = f"{size} (TFLOP/s, × cuBLAS)"
     return out
+
+
+def triton_note(folder=None) -> str:
+    """What hopper.triton.csv says about the Triton baseline of the recorded run, in lines for the page."""
+    return triton_baselines.tuning_summary(
+        (Path(folder) if folder else lib.DATA / "results") / f"{CHAPTER}.triton.csv", CHAPTER)
 
 
 def resources_table(folder=None):
