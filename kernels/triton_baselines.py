@@ -538,7 +538,9 @@ def tuning_summary(path, chapter: str) -> str:
         seconds = sum(float(x) for x in tuned["autotune_s"])
         lines.append(f"Triton: autotuning (compiling + benchmarking every configuration) added {seconds:.0f} s "
                      f"to the recording, for {len(tuned)} shapes; chosen:")
-        lines += [f"  {r['kernel'].removeprefix('triton.')} {r['shape']}: {r['config']}" for _, r in tuned.iterrows()]
+        lines += [f"  {r['kernel'].removeprefix('triton.')} {r['shape']}: "
+                  + r["config"].replace("BLOCK_SIZE_", "").replace("BLOCK_", "").replace("GROUP_SIZE_M", "GROUP")
+                  for _, r in tuned.iterrows()]
     for _, r in skipped.iterrows():
         lines.append(f"{r['kernel']} {r['status']}: {r['note']}")
     return "\n".join(textwrap.fill(line, 76, subsequent_indent="    ", break_on_hyphens=False) for line in lines)

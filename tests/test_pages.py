@@ -157,10 +157,10 @@ def test_caption_fits_the_page():
 
 
 def _is_kernel_decorator(node) -> bool:
-    """@cuda.jit or @cuda.jit(...) without device=True."""
+    """@cuda.jit or @cuda.jit(...) without device=True (numba's; @triton.jit is not one)."""
     call = node if isinstance(node, ast.Call) else None
     target = call.func if call else node
-    if not (isinstance(target, ast.Attribute) and target.attr == "jit"):
+    if not (isinstance(target, ast.Attribute) and target.attr == "jit" and getattr(target.value, "id", "") == "cuda"):
         return False
     return not any(k.arg == "device" and getattr(k.value, "value", False) for k in (call.keywords if call else []))
 
