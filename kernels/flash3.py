@@ -526,11 +526,12 @@ def _triton_vs(kind, n, d, causal, tq, tk, tv, flops, rng) -> dict:
     return row
 
 
-def record_vs_sdpa(folder) -> Path:
+def record_vs_sdpa(folder, rungs=RUNGS) -> Path:
     """On the GPU, one row per shape of EXTRA_SHAPES: SDPA timed alone (its own 16-bit output, no float32
-    copy: the ladder's baseline includes that copy), every rung, and Triton's tutorial attention (16-bit
-    output too; kernels.triton_baselines), each checked against float64 at CHECK_SIZE first, all in this
-    run (flash3.vs_sdpa.csv); and what autotuning Triton cost (flash3.triton.csv)."""
+    copy: the ladder's baseline includes that copy), every rung (of `rungs`: fewer for a quick check), and
+    Triton's tutorial attention (16-bit output too; kernels.triton_baselines), each checked against float64
+    at CHECK_SIZE first, all in this run (flash3.vs_sdpa.csv); and what autotuning Triton cost
+    (flash3.triton.csv)."""
     import pandas as pd
     import torch
 
@@ -547,7 +548,7 @@ def record_vs_sdpa(folder) -> Path:
         base = time_cuda(lambda: sdpa(tq, tk, tv), flops=flops).tflops
         row = {"kind": kind, "heads": HEADS, "n": n, "d": d, "causal": causal, "sdpa_tflops": round(base, 1)}
         out = cuda.device_array((HEADS, n, d), np.float32)
-        for rung in RUNGS:
+        for rung in rungs:
             _check(kind, d, causal, rung, rng)
             t = time_cuda(lambda: flash3(q, k, v, out, kind, causal, rung), flops=flops).tflops
             row[f"{rung}_tflops"] = round(t, 1)

@@ -126,6 +126,7 @@ def _tuned_call(tuner, which: str, kernel: str, shape: str, args, kwargs, grid):
         try:
             precompile(tuner, which, args, kwargs, grid)
         except Exception as err:  # only speed is lost: Triton compiles each configuration itself
+            _drop_pool()
             print(f"{kernel}: parallel compiling failed ({type(err).__name__}: {str(err)[:200]}); "
                   "Triton compiles one configuration at a time")
     tuner[grid](*args, **kwargs)
@@ -137,6 +138,13 @@ def _tuned_call(tuner, which: str, kernel: str, shape: str, args, kwargs, grid):
 
 # --- compiling an autotuner's configurations in parallel ----------------------------------------------------
 _POOL = None
+
+
+def _drop_pool():
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=False, cancel_futures=True)
+    _POOL = None
 
 
 def _worker_count() -> int:
