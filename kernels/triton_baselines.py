@@ -77,6 +77,8 @@ def unavailable_reason() -> str | None:
     """Why the Triton baselines cannot run in this process, or None when they can (imports neither)."""
     import lib
 
+    if os.environ.get("BOOK_TRITON", "1") == "0":
+        return "switched off for this run (BOOK_TRITON=0)"
     if not lib.ON_GPU:
         return "no CUDA GPU in this process (numba's simulator is on): Triton needs a GPU"
     for package in ("triton", "torch"):
