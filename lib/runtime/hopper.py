@@ -253,12 +253,14 @@ def _host_bytes(arr) -> np.ndarray:
 
 
 def _smem_u32_twin(arr):
-    st, _ = _block()
+    st, t = _block()
     data = _host_bytes(arr)
     ptr = data.ctypes.data
     for start, view, p in st.arrays:
         if p <= ptr < p + view.size:
             return np.uint32(start + ptr - p)
+    if len(t.manager.cluster) > 1:
+        return np.uint32(_cluster_smem_u32(st, t.manager, ptr))
     start = st.next_addr
     st.next_addr = start + ((data.size + 15) // 16) * 16
     if st.next_addr > SMEM_WINDOW:
@@ -269,6 +271,75 @@ def _smem_u32_twin(arr):
     if isinstance(mask, bytearray) and len(mask) * _itemsize(arr) == data.size:
         st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(arr))
     return np.uint32(start)
+
+
+def _declarations(manager) -> list:
+    """(declaration key, bytes, the debugger's tracked array or None) of each shared array a block has made:
+    static ones keyed by their source line, the dynamic bytes as 'dynamic'."""
+    tracked = manager.__dict__.get("_simdebug_shared")     # lib.runtime.simdebug's per-block arrays
+    out = []
+    if tracked is not None:
+        for key, v in tracked.items():
+            if key == "dynamic bytes":
+                out.append(("dynamic", v.reshape(-1).view(np.uint8), tracked.get(("dynamic", "|u1"))))
+            elif not (isinstance(key, tuple) and key[0] == "dynamic"):
+                out.append((key, _host_bytes(v), v))
+        return out
+    shared = getattr(manager, "shared", None)
+    if shared is not None:
+        out = [(key, _host_bytes(v), None) for key, v in shared._allocations.items()]
+        if shared._dynshared.size:
+            out.append(("dynamic", shared._dynshared.view(np.uint8), None))
+    return out
+
+
+def _cluster_plan(manager) -> dict:
+    """The shared-memory layout every block of a cluster shares: declaration -> address (a GPU's layout is
+    fixed when the kernel is compiled, so a mapa'd offset names the same array in every block)."""
+    head = _block_of(manager.cluster[0])
+    if not hasattr(head, "plan"):
+        head.plan = {"next": 0x10, "at": {}}
+    return head.plan
+
+
+def _register_declaration(st: _Block, manager, key, view, tracked, start: int):
+    st.arrays.append((start, view, view.ctypes.data))
+    mask = getattr(tracked, "_written", None)
+    if isinstance(mask, bytearray) and len(mask) * _itemsize(tracked) == view.size:
+        st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(tracked))
+
+
+def _cluster_smem_u32(st: _Block, manager, ptr: int) -> int:
+    """smem_u32 in a block of a cluster: the address of the array's declaration in the cluster's plan."""
+    for key, view, tracked in _declarations(manager):
+        base = view.ctypes.data
+        if base <= ptr < base + view.size:
+            plan = _cluster_plan(manager)
+            start = plan["at"].get(key)
+            if start is None:
+                start = plan["at"][key] = plan["next"]
+                plan["next"] = start + ((view.size + 15) // 16) * 16
+                if plan["next"] > SMEM_WINDOW:
+                    raise _sim().SimulatorError(f"the block's shared arrays need {plan['next']} bytes; a block may "
+                                                f"use {SMEM_WINDOW}")
+            _register_declaration(st, manager, key, view, tracked, start)
+            return start + ptr - base
+    raise _sim().SimulatorError("smem_u32: the array is not one of this block's shared arrays")
+
+
+def _resolve_in(st: _Block, manager, addr: int, nbytes: int, what: str):
+    """_resolve in block `manager` of a cluster, registering there the array another block's address names."""
+    for start, view, _ in st.arrays:
+        if start <= addr < start + view.size:
+            return _resolve(st, addr, nbytes, what)
+    if len(manager.cluster) > 1:
+        plan = _cluster_plan(manager)
+        for key, view, tracked in _declarations(manager):
+            start = plan["at"].get(key)
+            if start is not None and start <= addr < start + view.size:
+                _register_declaration(st, manager, key, view, tracked, start)
+                break
+    return _resolve(st, addr, nbytes, what)
 
 
 def _itemsize(arr) -> int:
@@ -440,7 +511,7 @@ def _tma_land(st: _Block, b: _MBarrier, tm: TensorMap, dst: int, box: np.ndarray
     """Record the copy of `box` into shared bytes at dst of block `st`, delivered on its mbarrier b."""
     sim = _sim()
     row_bytes = tm.box_cols * tm.itemsize
-    view, off = _resolve(st, dst, tm.box_rows * row_bytes, what)
+    view, off = _resolve_in(st, b.manager, dst, tm.box_rows * row_bytes, what)
     lo, hi = dst, dst + tm.box_rows * row_bytes
     for wg, plo, phi in _pending_wgmma_ranges(st):
         if plo < hi and lo < phi:
@@ -1578,8 +1649,8 @@ def _mapa_twin(addr, rank):
 def _cluster_bytes(caddr, nbytes: int, what: str):
     _, t = _block()
     rank, off = _split_cluster_address(int(caddr))
-    st = _cluster_target(t.manager.cluster_rank if rank is None else rank, what)[1]
-    view, pos = _resolve(st, off, nbytes, what)
+    m, st = _cluster_target(t.manager.cluster_rank if rank is None else rank, what)
+    view, pos = _resolve_in(st, m, off, nbytes, what)
     return st, view, pos, off
 
 

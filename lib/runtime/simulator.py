@@ -322,6 +322,7 @@ class FastBlockManager:
         self.launch: LaunchSchedule | None = None  # set by the launch that runs this block
         self.ordinal = 0                # this block's place in the launch's run order
         self.base = 0                   # ordinal * threads per block: the first `gt` of this block
+        self.shared = None              # its own cuda.shared (blocks of a cluster); None: the launch's
         self.fences = 0                 # threadfence() / threadfence_system() calls of this block so far
         self.syncs = 0                  # fences and global atomics of this block so far
         self.started = False            # its threads were made (a block of a cluster may wait for its turn)
@@ -992,7 +993,7 @@ def _simulated_call(self, *args):
         retr = []
         fake_args = [_fake_argument(self, arg, retr) for arg in args]
         order = _last_launch = current_schedule().next_launch(grid_dim, block_dim)
-        order.fn = self.fn
+        order.fn, order.dynshared_size = self.fn, self.dynshared_size
         view = _view = _KernelView(fake_cuda)
         for start, _ in _launch_listeners:
             start(order)
@@ -1034,6 +1035,8 @@ def _run_clusters(fn, debug, order, grid_dim, block_dim, dims, args):
     for ordinal, point in enumerate(order.blocks):
         cid = tuple(p // c for p, c in zip(point, dims))
         clusters.setdefault(cid, []).append((ordinal, point))
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
     for cid, members in clusters.items():
         def rank(point):
             x, y, z = (p % c for p, c in zip(point, dims))
@@ -1047,6 +1050,7 @@ def _run_clusters(fn, debug, order, grid_dim, block_dim, dims, args):
             managers.append(bm)
         for bm in managers:
             bm.cluster = managers
+            bm.shared = FakeCUDAShared(order.dynshared_size)   # co-resident: each block its own shared memory
         run_together(managers, [point for _, point in members], args)
         for (ordinal, _), bm in zip(members, managers):
             order.fences[ordinal], order.syncs[ordinal] = bm.fences, bm.syncs
@@ -1063,6 +1067,14 @@ def _forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
 
 def _no_launch(*args):
     return None
+
+
+def _shared_of_block(fake_cuda):
+    """cuda.shared: numba's simulator has one per launch (its blocks run one after another); a block of a
+    cluster, co-resident with the others, has its own."""
+    t = _RUNNING[0]
+    own = getattr(t._manager, "shared", None) if t is not None else None
+    return own if own is not None else fake_cuda._shared
 
 
 def _fence():
@@ -1171,6 +1183,7 @@ def install():
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
+    kernelapi.FakeCUDAModule.shared = property(_shared_of_block)
     kernelapi.FakeCUDAModule.threadfence = staticmethod(_fence)
     kernelapi.FakeCUDAModule.threadfence_system = staticmethod(_fence)
     kernelapi.FakeCUDAModule.threadfence_block = staticmethod(_fence_block)
