@@ -288,13 +288,13 @@ def make_epilogue_kernel(kind: str, cluster: int = 1):
     mma_stage = _mma_stage(kind)
     bounds = {} if lib.SIMULATOR else {"launch_bounds": (384, 1)}
     CL = cluster
-    B_PART_BYTES, B_PART_ROWS = B_BYTES // CL, BN // CL   # the part of B each block of a cluster loads
-    EVERY_BLOCK = (1 << CL) - 1                           # the multicast's CTA mask: all blocks of the cluster
+    B_PART_BYTES, B_PART_ROWS = B_BYTES // CL, BN // CL   # what each block of a cluster loads of B
+    EVERY_BLOCK = (1 << CL) - 1                           # multicast mask: every block of the cluster
 
     @cuda.jit(device=True)
     def release_slot(empty, slot):
-        """A consumer warp is done with a slot: arrive on its 'empty' barrier in every block of the cluster
-        (each block's producer refills its part of the slot in all of them)."""
+        """A consumer warp is done with a slot: arrive on its 'empty' barrier in every block of
+        the cluster (each block's producer refills its part of the slot in all of them)."""
         if CL == 1:
             hopper.mbar_arrive(empty + 8 * slot)
         else:
@@ -303,8 +303,8 @@ def make_epilogue_kernel(kind: str, cluster: int = 1):
 
     @cuda.jit(device=True)
     def issue_stage_shared(tma_a, tma_b, ring, full, slot, kt, m0, n0, rank):
-        """The producer's stage: its own A box, and its part of the B tile (all of it without a cluster),
-        multicast into the same slot of every block of the cluster."""
+        """The producer's stage: its own A box, and its part of the B tile (all of it without a
+        cluster), multicast into the same slot of every block of the cluster."""
         a_dst = ring + slot * STAGE_BYTES
         bar = full + 8 * slot
         hopper.mbar_arrive_expect_tx(bar, STAGE_BYTES)    # own A + every block's part of B
@@ -312,23 +312,26 @@ def make_epilogue_kernel(kind: str, cluster: int = 1):
         if CL == 1:
             hopper.tma_load_2d(a_dst + A_BYTES, tma_b, kt * k_elems, n0, bar)
         else:
-            hopper.tma_load_2d_multicast(a_dst + A_BYTES + rank * B_PART_BYTES, tma_b, kt * k_elems,
-                                         n0 + rank * B_PART_ROWS, bar, EVERY_BLOCK)
+            hopper.tma_load_2d_multicast(a_dst + A_BYTES + rank * B_PART_BYTES, tma_b,
+                                         kt * k_elems, n0 + rank * B_PART_ROWS, bar,
+                                         EVERY_BLOCK)
 
+    # C leaves through shared memory, in boxes a TMA store writes out (rung 5)
     @cuda.jit(device=True)
     def store_tile_tma(tma_c, acc, staging, m0, n0, consumer, tid):
-        """Each warp stages its 16 rows of the tile in 8 chunks of 32 columns, alternating two boxes, and
-        one lane stores each chunk with TMA; the consumers go on to the next tile while the stores drain."""
+        """Each warp stages its 16 rows of the tile in 8 chunks of 32 columns, alternating two
+        boxes, and one lane stores each chunk with TMA; the consumers go on to the next tile while
+        the stores drain."""
         lane, warp = tid % 32, (tid // 32) % 4
         boxes = staging + (4 * consumer + warp) * (2 * STORE_BOX_BYTES)
         row = m0 + 64 * consumer + 16 * warp
         for j in range(BN // STORE_COLS):
             box = boxes + (j & 1) * STORE_BOX_BYTES
             if lane == 0:
-                hopper.bulk_wait_group_read(1)   # the store that read this box two chunks ago has read it
+                hopper.bulk_wait_group_read(1)   # the store of 2 chunks ago has read this box
             cuda.syncwarp()
             hopper.stage_acc_128b(box, acc, j, tid)
-            hopper.fence_proxy_async()           # the warp's shared stores, visible to the TMA unit
+            hopper.fence_proxy_async()           # the shared stores, visible to TMA
             cuda.syncwarp()
             if lane == 0:
                 hopper.tma_store_2d(tma_c, n0 + STORE_COLS * j, row, box)
