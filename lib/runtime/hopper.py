@@ -34,9 +34,15 @@ names, the descriptor's bit fields and the accumulator's owner of each element l
 (no numba, so the widget's tests and the site can use them too) and nowhere else; this module re-exports them,
 and the twins, the tests, the chapter and the kernels' device function :func:`make_desc` all use them.
 
-Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma reads (only TMA writes are checked),
-reading the accumulator before ``wgmma_wait`` (the twin's result is final at once), clusters and TMA
-multicast.
+* **Clusters** (:func:`cluster_dims`, the last section): the blocks of a cluster run co-resident and share
+  one shared-memory layout, so ``mapa`` names the same array in every block; ``cluster_sync`` is a barrier
+  over every thread of the cluster; a multicast copy lands in each block its CTA mask names and completes
+  bytes on each one's mbarrier; a TMA store reads its box when its bulk group is waited for.
+
+Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma or TMA store reads (only TMA writes
+are checked), a missing ``fence_proxy_async`` before a TMA store, the memory ordering of DSMEM accesses
+(their stores land at once), reading the accumulator before ``wgmma_wait`` (the twin's result is final at
+once).
 """
 from __future__ import annotations
 
