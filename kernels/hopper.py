@@ -275,10 +275,152 @@ def make_persistent_kernel(kind: str):
     return quiet(gemm_persistent), 384
 
 
+# --- rung 5: the TMA-store epilogue: registers -> shared -> TMA store, overlapped with the next tile ---------
+STORE_ROWS, STORE_COLS = 16, 32              # one warp's box of C: 16 rows × 128 bytes, 128B-swizzled
+STORE_BOX_BYTES = STORE_ROWS * STORE_COLS * 4
+STAGING_BYTES = 8 * 2 * STORE_BOX_BYTES      # two boxes per consumer warp: one fills while one is stored
+EPILOGUE_SMEM_BYTES = SMEM_BYTES + STAGING_BYTES
+
+
+def make_epilogue_kernel(kind: str, cluster: int = 1):
+    """Rung 5 (cluster = 1) and rung 6 (cluster = 2: two blocks of a cluster share the B tile, each loads
+    half of it and multicasts it to both)."""
+    k_elems = tile_k(kind)
+    mma_stage = _mma_stage(kind)
+    bounds = {} if lib.SIMULATOR else {"launch_bounds": (384, 1)}
+    CL = cluster
+    B_PART_BYTES, B_PART_ROWS = B_BYTES // CL, BN // CL   # what each block of a cluster loads of B
+    EVERY_BLOCK = (1 << CL) - 1                           # multicast mask: every block of the cluster
+
+    @cuda.jit(device=True)
+    def release_slot(empty, slot):
+        """A consumer warp is done with a slot: arrive on its 'empty' barrier in every block of
+        the cluster (each block's producer refills its part of the slot in all of them)."""
+        if CL == 1:
+            hopper.mbar_arrive(empty + 8 * slot)
+        else:
+            for r in range(CL):
+                hopper.mbar_arrive_cluster(hopper.mapa(empty + 8 * slot, r))
+
+    @cuda.jit(device=True)
+    def issue_stage_shared(tma_a, tma_b, ring, full, slot, kt, m0, n0, rank):
+        """The producer's stage: its own A box, and its part of the B tile (all of it without a
+        cluster), multicast into the same slot of every block of the cluster."""
+        a_dst = ring + slot * STAGE_BYTES
+        bar = full + 8 * slot
+        hopper.mbar_arrive_expect_tx(bar, STAGE_BYTES)    # own A + every block's part of B
+        hopper.tma_load_2d(a_dst, tma_a, kt * k_elems, m0, bar)
+        if CL == 1:
+            hopper.tma_load_2d(a_dst + A_BYTES, tma_b, kt * k_elems, n0, bar)
+        else:
+            hopper.tma_load_2d_multicast(a_dst + A_BYTES + rank * B_PART_BYTES, tma_b,
+                                         kt * k_elems, n0 + rank * B_PART_ROWS, bar,
+                                         EVERY_BLOCK)
+
+    # C leaves through shared memory, in boxes a TMA store writes out (rung 5)
+    @cuda.jit(device=True)
+    def store_tile_tma(tma_c, acc, staging, m0, n0, consumer, tid):
+        """Each warp stages its 16 rows of the tile in 8 chunks of 32 columns, alternating two
+        boxes, and one lane stores each chunk with TMA; the consumers go on to the next tile while
+        the stores drain."""
+        lane, warp = tid % 32, (tid // 32) % 4
+        boxes = staging + (4 * consumer + warp) * (2 * STORE_BOX_BYTES)
+        row = m0 + 64 * consumer + 16 * warp
+        for j in range(BN // STORE_COLS):
+            box = boxes + (j & 1) * STORE_BOX_BYTES
+            if lane == 0:
+                hopper.bulk_wait_group_read(1)   # the store of 2 chunks ago has read this box
+            cuda.syncwarp()
+            hopper.stage_acc_128b(box, acc, j, tid)
+            hopper.fence_proxy_async()           # the shared stores, visible to TMA
+            cuda.syncwarp()
+            if lane == 0:
+                hopper.tma_store_2d(tma_c, n0 + STORE_COLS * j, row, box)
+                hopper.bulk_commit_group()
+
+    @cuda.jit(**bounds)
+    def gemm_tma_store(tma_a, tma_b, tma_c, c, k_tiles):
+        """gemm_persistent whose consumers write C through shared memory with TMA stores: a warp stages a
+        16 × 32 chunk of its accumulators (128B-swizzled), one lane starts the store, and the next chunk fills
+        the other box meanwhile. After the last chunk the consumers start the next tile's MMAs at once, with
+        the stores still in flight. With a cluster of 2 the two blocks compute vertically adjacent tiles,
+        which read the same B tile: each block loads half of it and multicasts it into both.
+
+        Memory: per stage, a block's TMA brings 16 KB of A and 32 KB of B (16 KB of which its partner loaded
+        with a cluster of 2: a third less from L2); C leaves by TMA in 2 KB boxes.
+        Launch: persistent, 384 threads, EPILOGUE_SMEM_BYTES of dynamic shared memory; with a cluster of 2,
+        an even grid in clusters of (2, 1, 1).
+        """
+        smem = cuda.shared.array(0, uint8)
+        bars = cuda.shared.array(N_BARRIERS, int64)
+        tid = cuda.threadIdx.x
+        ring = ring_base(smem)
+        staging = ring + STAGES * STAGE_BYTES
+        full = hopper.smem_u32(bars)
+        empty = full + 8 * STAGES
+        tiles_m, tiles_n = (c.shape[0] + BM - 1) // BM, (c.shape[1] + BN - 1) // BN
+        if CL == 1:
+            rank, first, step = 0, cuda.blockIdx.x, cuda.gridDim.x
+        else:
+            rank, first, step = hopper.cluster_ctarank(), hopper.clusterid_x(), hopper.nclusterid_x()
+        rows_of_jobs = (tiles_m + CL - 1) // CL            # a job: CL vertically adjacent tiles
+        if tid == 0:
+            hopper.tmap_acquire(tma_a)
+            hopper.tmap_acquire(tma_b)
+            hopper.tmap_acquire(tma_c)
+            for s in range(STAGES):
+                hopper.mbar_init(full + 8 * s, 1)
+                hopper.mbar_init(empty + 8 * s, 8 * CL)   # every consumer warp of the cluster
+            hopper.fence_mbarrier_init()
+        if CL == 1:
+            cuda.syncthreads()
+        else:
+            hopper.cluster_sync()    # the partner's barriers exist before any multicast or remote arrival
+        if tid < 128:
+            hopper.setmaxnreg_dec(40)
+            if tid == 0:
+                it = 0
+                for job in range(first, rows_of_jobs * tiles_n, step):
+                    jm, tn = tile_of_block(job, rows_of_jobs, tiles_n)
+                    for kt in range(k_tiles):
+                        slot = it % STAGES
+                        while hopper.mbar_try_wait(empty + 8 * slot, ((it // STAGES) & 1) ^ 1) == 0:
+                            pass
+                        issue_stage_shared(tma_a, tma_b, ring, full, slot, kt, (jm * CL + rank) * BM, tn * BN, rank)
+                        it += 1
+        else:
+            hopper.setmaxnreg_inc(232)
+            consumer = tid // 128 - 1
+            it = 0
+            for job in range(first, rows_of_jobs * tiles_n, step):
+                jm, tn = tile_of_block(job, rows_of_jobs, tiles_n)
+                acc = hopper.zeros_acc(NACC)
+                for kt in range(k_tiles):
+                    slot = it % STAGES
+                    while hopper.mbar_try_wait(full + 8 * slot, (it // STAGES) & 1) == 0:
+                        pass
+                    acc = mma_stage(ring, slot, consumer, acc)
+                    hopper.wgmma_wait(0)
+                    if tid % 32 == 0:
+                        release_slot(empty, slot)
+                    it += 1
+                store_tile_tma(tma_c, acc, staging, (jm * CL + rank) * BM, tn * BN, consumer, tid)
+            if tid % 32 == 0:
+                hopper.bulk_wait_group(0)        # the last stores have read the staging boxes
+        if CL > 1:
+            hopper.cluster_sync()    # no block exits while its partner may still arrive on its barriers
+    if CL > 1:
+        hopper.cluster_dims(gemm_tma_store, (CL, 1, 1))
+    return quiet(gemm_tma_store), 384
+
+
 MAKERS = {"tma_pipeline": make_tma_pipeline_kernel, "warp_specialized": make_warp_specialized_kernel,
           "mma_in_flight": lambda kind: make_warp_specialized_kernel(kind, mma_in_flight=True),
-          "persistent": make_persistent_kernel}
-PERSISTENT = {"persistent"}
+          "persistent": make_persistent_kernel, "tma_store": make_epilogue_kernel,
+          "cluster": lambda kind: make_epilogue_kernel(kind, cluster=2)}
+PERSISTENT = {"persistent", "tma_store", "cluster"}
+TMA_STORE = {"tma_store", "cluster"}         # rungs whose C leaves through a TMA tensor map
+CLUSTER = {"cluster": 2}                     # rungs launched in clusters of that many blocks (along M)
 _KERNELS: dict = {}
 
 
@@ -311,15 +453,24 @@ def launch(rung: str, kind: str, a, b, c):
         raise ValueError(f"C must be {m} × {n}, got {tuple(c.shape)}")
     fn, threads = kernel(rung, kind)
     ka = tile_k(kind)
+    cl = CLUSTER.get(rung, 1)
     tma_a = hopper.tensor_map_2d(_as_operand(a, kind), BM, ka)
-    tma_b = hopper.tensor_map_2d(_as_operand(b, kind), BN, ka)
+    tma_b = hopper.tensor_map_2d(_as_operand(b, kind), BN // cl, ka)
     k_tiles = (k + ka - 1) // ka
-    args = (tma_a, tma_b, c, k_tiles)
-    allow_dynamic_shared(fn, args, SMEM_BYTES)
+    args, smem = (tma_a, tma_b, c, k_tiles), SMEM_BYTES
+    if rung in TMA_STORE:
+        if n % 4:
+            raise ValueError(f"{rung_name(rung, kind)} stores C with TMA, whose rows must be multiples of 16 bytes: "
+                             f"N = {n} float32 is not a multiple of 4")
+        args, smem = (tma_a, tma_b, hopper.tensor_map_2d(c, STORE_ROWS, STORE_COLS, "128B"), c, k_tiles), \
+            EPILOGUE_SMEM_BYTES
+    allow_dynamic_shared(fn, args, smem)
     grid = ((m + BM - 1) // BM) * ((n + BN - 1) // BN)
-    if rung in PERSISTENT:
-        grid = min(grid, cuda.get_current_device().MULTIPROCESSOR_COUNT if lib.ON_GPU else 2)
-    fn[grid, threads, 0, SMEM_BYTES](*args)
+    if rung in PERSISTENT:      # one block per SM (a cluster's job is cl vertically adjacent tiles)
+        sms = cuda.get_current_device().MULTIPROCESSOR_COUNT if lib.ON_GPU else 2
+        jobs = ((m + BM * cl - 1) // (BM * cl)) * ((n + BN - 1) // BN)
+        grid = cl * min(jobs, sms // cl)
+    fn[grid, threads, 0, smem](*args)
 
 
 # --- the ladder ----------------------------------------------------------------------------------------
@@ -396,7 +547,9 @@ BASELINES = {
 RUNG_NOTES = {"tma_pipeline": "TMA + mbarrier ring, 4 stages, 2 warpgroups",
               "warp_specialized": "+ producer warpgroup, setmaxnreg, empty barriers",
               "mma_in_flight": "+ wgmma_wait(1): one MMA batch stays in flight",
-              "persistent": "warp_specialized, one block per SM over all tiles"}
+              "persistent": "warp_specialized, one block per SM over all tiles",
+              "tma_store": "+ C through shared memory by TMA stores, overlapped",
+              "cluster": "+ clusters of 2 along M, B tile multicast to both"}
 
 
 def rung_name(rung: str, kind: str) -> str:
@@ -493,7 +646,8 @@ def kernel_resources() -> list[dict]:
                 rep = hopper.ptxas_report(ptx, ptxas, version="9.0")
             counts = hopper.sass_counts(sass)
             rows.append(dict(kernel=rung_name(rung, kind), threads=threads, registers=int(_one(fn.get_regs_per_thread())),
-                             local_bytes=int(_one(fn.get_local_mem_per_thread())), smem_bytes=SMEM_BYTES,
+                             local_bytes=int(_one(fn.get_local_mem_per_thread())),
+                             smem_bytes=EPILOGUE_SMEM_BYTES if rung in TMA_STORE else SMEM_BYTES,
                              ptxas_registers=rep["registers"], spill_bytes=rep["spill_bytes"],
                              hidden_warnings="; ".join(rep["hidden"]) or "none",
                              hgmma=sum(v for k, v in counts.items() if k.startswith("HGMMA")),

@@ -146,7 +146,9 @@ def test_gemm_rung_matches_float64_with_ragged_edges(rung, kind):
     assert compare(c.copy_to_host(), ref, tol.rtol, tol.atol, tol.scale) is None
 
 
-def test_persistent_blocks_walk_several_tiles():
+@pytest.mark.parametrize("rung", sorted(H.PERSISTENT))
+def test_persistent_blocks_walk_several_tiles(rung):
+    """More tiles than blocks (a cluster's second block gets an odd row of tiles with no rows of C in it)."""
     kind = "bf16"
     lad = next(lad for lad in H.LADDERS if lad.topic == f"{kind} gemm")
     size = (300, 400, 3 * H.tile_k(kind)) if lib.SIMULATOR else (5000, 6000, 512)   # more tiles than blocks
@@ -154,8 +156,15 @@ def test_persistent_blocks_walk_several_tiles():
     ref = lad.reference(a, b)
     tol = lad.tolerance(a, b, ref)
     c = cuda.to_device(np.full(size[:2], np.nan, np.float32))
-    H.launch("persistent", kind, cuda.to_device(a), cuda.to_device(b), c)
+    H.launch(rung, kind, cuda.to_device(a), cuda.to_device(b), c)
     assert compare(c.copy_to_host(), ref, tol.rtol, tol.atol, tol.scale) is None
+
+
+def test_tma_store_rungs_refuse_an_n_that_is_not_a_multiple_of_4():
+    a = cuda.to_device(np.zeros((64, 64), np.int16))
+    b = cuda.to_device(np.zeros((66, 64), np.int16))
+    with pytest.raises(ValueError, match="N = 66 float32 is not a multiple of 4"):
+        H.launch("tma_store", "f16", a, b, cuda.device_array((64, 66), np.float32))
 
 
 def test_tma_refuses_rows_that_are_not_16_byte_multiples():

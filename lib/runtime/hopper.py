@@ -34,9 +34,15 @@ names, the descriptor's bit fields and the accumulator's owner of each element l
 (no numba, so the widget's tests and the site can use them too) and nowhere else; this module re-exports them,
 and the twins, the tests, the chapter and the kernels' device function :func:`make_desc` all use them.
 
-Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma reads (only TMA writes are checked),
-reading the accumulator before ``wgmma_wait`` (the twin's result is final at once), clusters and TMA
-multicast.
+* **Clusters** (:func:`cluster_dims`, the last section): the blocks of a cluster run co-resident and share
+  one shared-memory layout, so ``mapa`` names the same array in every block; ``cluster_sync`` is a barrier
+  over every thread of the cluster; a multicast copy lands in each block its CTA mask names and completes
+  bytes on each one's mbarrier; a TMA store reads its box when its bulk group is waited for.
+
+Not modelled: a thread's own ``st.shared`` into bytes a pending wgmma or TMA store reads (only TMA writes
+are checked), a missing ``fence_proxy_async`` before a TMA store, the memory ordering of DSMEM accesses
+(their stores land at once), reading the accumulator before ``wgmma_wait`` (the twin's result is final at
+once).
 """
 from __future__ import annotations
 
@@ -253,12 +259,14 @@ def _host_bytes(arr) -> np.ndarray:
 
 
 def _smem_u32_twin(arr):
-    st, _ = _block()
+    st, t = _block()
     data = _host_bytes(arr)
     ptr = data.ctypes.data
     for start, view, p in st.arrays:
         if p <= ptr < p + view.size:
             return np.uint32(start + ptr - p)
+    if len(t.manager.cluster) > 1:
+        return np.uint32(_cluster_smem_u32(st, t.manager, ptr))
     start = st.next_addr
     st.next_addr = start + ((data.size + 15) // 16) * 16
     if st.next_addr > SMEM_WINDOW:
@@ -269,6 +277,75 @@ def _smem_u32_twin(arr):
     if isinstance(mask, bytearray) and len(mask) * _itemsize(arr) == data.size:
         st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(arr))
     return np.uint32(start)
+
+
+def _declarations(manager) -> list:
+    """(declaration key, bytes, the debugger's tracked array or None) of each shared array a block has made:
+    static ones keyed by their source line, the dynamic bytes as 'dynamic'."""
+    tracked = manager.__dict__.get("_simdebug_shared")     # lib.runtime.simdebug's per-block arrays
+    out = []
+    if tracked is not None:
+        for key, v in tracked.items():
+            if key == "dynamic bytes":
+                out.append(("dynamic", v.reshape(-1).view(np.uint8), tracked.get(("dynamic", "|u1"))))
+            elif not (isinstance(key, tuple) and key[0] == "dynamic"):
+                out.append((key, _host_bytes(v), v))
+        return out
+    shared = getattr(manager, "shared", None)
+    if shared is not None:
+        out = [(key, _host_bytes(v), None) for key, v in shared._allocations.items()]
+        if shared._dynshared.size:
+            out.append(("dynamic", shared._dynshared.view(np.uint8), None))
+    return out
+
+
+def _cluster_plan(manager) -> dict:
+    """The shared-memory layout every block of a cluster shares: declaration -> address (a GPU's layout is
+    fixed when the kernel is compiled, so a mapa'd offset names the same array in every block)."""
+    head = _block_of(manager.cluster[0])
+    if not hasattr(head, "plan"):
+        head.plan = {"next": 0x10, "at": {}}
+    return head.plan
+
+
+def _register_declaration(st: _Block, manager, key, view, tracked, start: int):
+    st.arrays.append((start, view, view.ctypes.data))
+    mask = getattr(tracked, "_written", None)
+    if isinstance(mask, bytearray) and len(mask) * _itemsize(tracked) == view.size:
+        st.written[start] = (np.frombuffer(mask, dtype=np.uint8), _itemsize(tracked))
+
+
+def _cluster_smem_u32(st: _Block, manager, ptr: int) -> int:
+    """smem_u32 in a block of a cluster: the address of the array's declaration in the cluster's plan."""
+    for key, view, tracked in _declarations(manager):
+        base = view.ctypes.data
+        if base <= ptr < base + view.size:
+            plan = _cluster_plan(manager)
+            start = plan["at"].get(key)
+            if start is None:
+                start = plan["at"][key] = plan["next"]
+                plan["next"] = start + ((view.size + 15) // 16) * 16
+                if plan["next"] > SMEM_WINDOW:
+                    raise _sim().SimulatorError(f"the block's shared arrays need {plan['next']} bytes; a block may "
+                                                f"use {SMEM_WINDOW}")
+            _register_declaration(st, manager, key, view, tracked, start)
+            return start + ptr - base
+    raise _sim().SimulatorError("smem_u32: the array is not one of this block's shared arrays")
+
+
+def _resolve_in(st: _Block, manager, addr: int, nbytes: int, what: str):
+    """_resolve in block `manager` of a cluster, registering there the array another block's address names."""
+    for start, view, _ in st.arrays:
+        if start <= addr < start + view.size:
+            return _resolve(st, addr, nbytes, what)
+    if len(manager.cluster) > 1:
+        plan = _cluster_plan(manager)
+        for key, view, tracked in _declarations(manager):
+            start = plan["at"].get(key)
+            if start is not None and start <= addr < start + view.size:
+                _register_declaration(st, manager, key, view, tracked, start)
+                break
+    return _resolve(st, addr, nbytes, what)
 
 
 def _itemsize(arr) -> int:
@@ -289,8 +366,9 @@ def _resolve(st: _Block, addr: int, nbytes: int, what: str):
 
 
 class _MBarrier:
-    def __init__(self, addr: int, count: int):
+    def __init__(self, addr: int, count: int, manager=None):
         self.addr, self.count = addr, count
+        self.manager = manager     # the simulator's block it lives in (a cluster's blocks reach each other's)
         self.phase = 0
         self.pending = count
         self.expected = 0          # bytes announced by expect_tx in this phase
@@ -333,33 +411,34 @@ def _progress(b: _MBarrier, deliver: bool):
     if b.pending == 0 and b.delivered == b.expected:
         b.phase += 1
         b.pending, b.expected, b.delivered = b.count, 0, 0
-        sim.unpark(("mbar", b.addr))
+        sim.unpark(("mbar", b.addr), b.manager)
     else:
-        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe(b.waited_parity))
+        sim.describe_parked(("mbar", b.addr), "mbar_try_wait on " + b.describe(b.waited_parity), b.manager)
 
 
 def _mbar_init_twin(bar, count):
-    st, _ = _block()
+    st, t = _block()
     addr, count = int(bar), int(count)
     if addr % 8:
         raise _sim().SimulatorError(f"mbar_init: an mbarrier is 8 bytes and 8-byte aligned; {addr:#x} is not")
     _resolve(st, addr, 8, "mbar_init")
     if not 1 <= count < (1 << 20):
         raise ValueError(f"mbar_init: the arrival count must be in 1..2^20-1, got {count}")
-    st.barriers[addr] = _MBarrier(addr, count)
+    st.barriers[addr] = _MBarrier(addr, count, t.manager)
     st.passed = {key: seen for key, seen in st.passed.items() if key[1] != addr}
 
 
-def _arrive(bar, nbytes: int, what: str):
+def _arrive(bar, nbytes: int, what: str, target=None):
+    """Arrive on the mbarrier at `bar` of this block, or of `target` (another _Block of the cluster)."""
     st, t = _block()
-    b = _barrier(st, bar, what)
+    b = _barrier(target if target is not None else st, bar, what)
     st.arrivals[t.thread_id] = st.arrivals.get(t.thread_id, 0) + 1
     if b.pending == 0:
         raise _sim().SimulatorError(f"{what}: more arrivals than the {b.count} the " + b.describe()
                                     + " was initialised with")
     b.expected += nbytes
     b.pending -= 1
-    _progress(b, deliver=_sim().parked(("mbar", b.addr)) > 0)
+    _progress(b, deliver=_sim().parked(("mbar", b.addr), b.manager) > 0)
 
 
 def _mbar_arrive_twin(bar):
@@ -414,36 +493,50 @@ def _pending_wgmma_ranges(st: _Block):
     return out
 
 
-def _tma_load_2d_twin(dst, tmap, c0, c1, bar):
-    sim = _sim()
-    st, t = _block()
+def _sim_tmap(tmap, what: str) -> TensorMap:
     if int(tmap[0]) != _TMAP_MAGIC or int(tmap[1]) not in _SIM_TMAPS:
-        raise sim.SimulatorError("tma_load_2d: the tensor map argument was not made by tensor_map_2d")
-    tm = _SIM_TMAPS[int(tmap[1])]
-    dst, c0, c1 = int(dst), int(c0), int(c1)
+        raise _sim().SimulatorError(f"{what}: the tensor map argument was not made by tensor_map_2d")
+    return _SIM_TMAPS[int(tmap[1])]
+
+
+def _tma_box(tm: TensorMap, dst: int, c0: int, c1: int, what: str) -> np.ndarray:
+    """The box at (c0, c1) of the tensor (zeros outside it), after the destination's alignment check."""
     align = 128 if tm.mode == "none" else 8 * SWIZZLE_SPAN[tm.mode]
     if dst % align:
-        raise sim.SimulatorError(f"tma_load_2d: destination {dst:#x} is not {align}-byte aligned (needed for a "
-                                 f"{tm.mode} box whose image wgmma reads)")
-    b = _barrier(st, bar, "tma_load_2d")
-    row_bytes = tm.box_cols * tm.itemsize
-    view, off = _resolve(st, dst, tm.box_rows * row_bytes, "tma_load_2d")
-    lo, hi = dst, dst + tm.box_rows * row_bytes
-    for wg, plo, phi in _pending_wgmma_ranges(st):
-        if plo < hi and lo < phi:
-            raise sim.SimulatorError(
-                f"race: tma_load_2d (thread {t.thread_id}) writes shared bytes [{lo:#x}, {hi:#x}) that a wgmma of "
-                f"warpgroup {wg} issued earlier still reads ([{plo:#x}, {phi:#x})): that warpgroup must pass "
-                "wgmma_wait (and signal it, e.g. on an 'empty' mbarrier) before the slot is refilled")
+        raise _sim().SimulatorError(f"{what}: destination {dst:#x} is not {align}-byte aligned (needed for a "
+                                    f"{tm.mode} box whose image wgmma reads)")
     box = np.zeros((tm.box_rows, tm.box_cols), dtype=tm.array.dtype)
     r0, r1 = max(c1, 0), min(c1 + tm.box_rows, tm.rows)
     k0, k1 = max(c0, 0), min(c0 + tm.box_cols, tm.cols)
     if r0 < r1 and k0 < k1:
         box[r0 - c1:r1 - c1, k0 - c0:k1 - c0] = tm.array[r0:r1, k0:k1]
+    return box
+
+
+def _tma_land(st: _Block, b: _MBarrier, tm: TensorMap, dst: int, box: np.ndarray, who: str, what: str):
+    """Record the copy of `box` into shared bytes at dst of block `st`, delivered on its mbarrier b."""
+    sim = _sim()
+    row_bytes = tm.box_cols * tm.itemsize
+    view, off = _resolve_in(st, b.manager, dst, tm.box_rows * row_bytes, what)
+    lo, hi = dst, dst + tm.box_rows * row_bytes
+    for wg, plo, phi in _pending_wgmma_ranges(st):
+        if plo < hi and lo < phi:
+            raise sim.SimulatorError(
+                f"race: {what} ({who}) writes shared bytes [{lo:#x}, {hi:#x}) that a wgmma of "
+                f"warpgroup {wg} issued earlier still reads ([{plo:#x}, {phi:#x})): that warpgroup must pass "
+                "wgmma_wait (and signal it, e.g. on an 'empty' mbarrier) before the slot is refilled")
     pos = off + tma_box_offsets(tm.box_rows, row_bytes, tm.mode).reshape(-1)
     b.in_flight.append((view, pos, box.reshape(-1).view(np.uint8).copy(), (lo, hi), st.written.get(dst - off)))
-    if sim.parked(("mbar", b.addr)):
+    if sim.parked(("mbar", b.addr), b.manager):
         _progress(b, deliver=True)
+
+
+def _tma_load_2d_twin(dst, tmap, c0, c1, bar):
+    st, t = _block()
+    tm = _sim_tmap(tmap, "tma_load_2d")
+    dst = int(dst)
+    box = _tma_box(tm, dst, int(c0), int(c1), "tma_load_2d")
+    _tma_land(st, _barrier(st, bar, "tma_load_2d"), tm, dst, box, f"thread {t.thread_id}", "tma_load_2d")
 
 
 def _group_collective(op: str, members: range, operands, compute):
@@ -1205,3 +1298,566 @@ _FA3_FUNCTIONS = _fa3_twins() if SIMULATOR else _fa3_intrinsics()
 globals().update(_FA3_FUNCTIONS)
 __all__ += sorted(_FA3_FUNCTIONS) + ["a_fragment_element", "acc_to_a_registers", "mnmajor_layout",
                                      "operand_addresses_mn", "wgmma_ex_name", "EX_FORMS", "B16_KINDS"]
+
+
+# =========================================================================================================
+# Clusters (issue 28): a launch option that groups blocks into thread-block clusters, the cluster's special
+# registers, distributed shared memory (mapa), the cluster barrier, a remote mbarrier arrival, TMA multicast
+# (one copy lands in the shared memory of every block its mask names, and completes each one's mbarrier),
+# and the TMA store (shared memory -> a box of a global tensor, in bulk async-groups). Each with its twin.
+# =========================================================================================================
+MAX_CLUSTER_BLOCKS = 8               # the portable cluster size (16 needs a non-portable attribute numba lacks)
+_CLUSTER_FUNCS: dict[int, tuple] = {}   # id(python function) -> (function, dims): kernels compiled with them
+
+
+def _check_cluster_dims(dims) -> tuple:
+    try:
+        dims = tuple(int(d) for d in (dims if isinstance(dims, (tuple, list)) else (dims,)))
+    except (TypeError, ValueError):
+        raise ValueError(f"cluster dims are 1 to 3 positive integers, got {dims!r}") from None
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        raise ValueError(f"cluster dims are 1 to 3 positive integers, got {dims!r}")
+    dims = dims + (1,) * (3 - len(dims))
+    if int(np.prod(dims)) > MAX_CLUSTER_BLOCKS:
+        raise ValueError(f"a cluster of {dims} has {int(np.prod(dims))} blocks; at most {MAX_CLUSTER_BLOCKS} (the "
+                         "portable cluster size) are allowed")
+    return dims
+
+
+def check_cluster_grid(grid, dims, name: str = "kernel"):
+    """A grid (1-3 dims) must be a whole number of clusters along each axis: ValueError naming the axis."""
+    grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+    grid = grid + (1,) * (3 - len(grid))
+    for axis, g, c in zip("xyz", grid, dims):
+        if g % c:
+            raise ValueError(f"{name} runs in clusters of {dims[0]} × {dims[1]} × {dims[2]} blocks, so its grid must "
+                             f"be a multiple of that along each axis: grid.{axis} = {g} is not a multiple of {c}")
+    return grid
+
+
+def cluster_dims(kernel_or_dims, dims=None):
+    """Launch a ``@cuda.jit`` kernel in thread-block clusters of `dims` (x, y, z) blocks:
+    ``cluster_dims(kernel, (2, 1, 1))``, or ``@cluster_dims((2, 1, 1))`` above ``@cuda.jit``. Returns the
+    kernel, which is then launched as usual (``kernel[grid, block, stream, smem](...)``); the grid must be a
+    whole number of clusters (a ValueError says which axis is not).
+
+    On a GPU the dims become NVVM's ``cluster_dim_x/y/z`` kernel annotations (PTX ``.explicitcluster
+    .reqnctapercluster``), so numba's ordinary launch runs clusters; numba-cuda 0.30.4 has no option for it,
+    so its one call that sets a kernel's launch bounds (``nvvm.set_launch_bounds``, made by both the launch
+    path and ``compile_ptx``) is wrapped to add them for the kernels registered here, and every launch checks
+    that the PTX it runs carries the directive. On the simulator the blocks of each cluster run co-resident
+    (their threads interleave), which DSMEM, the cluster barrier and TMA multicast need. Apply it before the
+    kernel's first launch or compile."""
+    if dims is None:
+        if callable(kernel_or_dims) and not isinstance(kernel_or_dims, (tuple, list, int)):
+            raise TypeError("cluster_dims(kernel, dims) or @cluster_dims(dims): the cluster dims are missing")
+        wanted = _check_cluster_dims(kernel_or_dims)
+        return lambda kernel: cluster_dims(kernel, wanted)
+    kernel, dims = kernel_or_dims, _check_cluster_dims(dims)
+    fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)   # CUDADispatcher / simulator kernel
+    if fn is None or getattr(kernel, "_device", False) or getattr(getattr(kernel, "targetoptions", {}), "get",
+                                                                    lambda k: False)("device"):
+        raise TypeError(f"cluster_dims takes a @cuda.jit kernel (not a device function), got {kernel!r}")
+    kernel._book_cluster_dims = dims
+    if SIMULATOR:
+        return kernel
+    if getattr(kernel, "overloads", None):
+        raise RuntimeError(f"{fn.__name__} was compiled before cluster_dims was applied: apply it first (the "
+                           "cluster size is part of the compiled kernel)")
+    _install_cluster_annotation()
+    _CLUSTER_FUNCS[id(fn)] = (fn, dims)
+    configure = kernel.configure
+    checked: set = set()
+
+    def check(compiled, config):
+        check_cluster_grid(config.griddim, dims, fn.__name__)
+        if id(compiled) not in checked:
+            if ".reqnctapercluster" not in compiled._codelibrary.get_asm_str():
+                raise RuntimeError(f"{fn.__name__}: the compiled PTX has no .reqnctapercluster directive, so the "
+                                   "launch would not run clusters (numba's compile path no longer calls "
+                                   "nvvm.set_launch_bounds as numba-cuda 0.30.4 does)")
+            checked.add(id(compiled))
+
+    def configure_in_clusters(*args, **kwargs):
+        config = configure(*args, **kwargs)
+        check_cluster_grid(config.griddim, dims, fn.__name__)
+        config.pre_launch_callbacks.append(check)
+        return config
+
+    configure_in_clusters._quiet = getattr(configure, "_quiet", False)
+    kernel.configure = configure_in_clusters
+    return kernel
+
+
+def _install_cluster_annotation():
+    """Wrap numba-cuda's nvvm.set_launch_bounds (called on every kernel it compiles, by the launch path's
+    _Kernel and by compile_ptx) to add cluster_dim_x/y/z annotations for the kernels cluster_dims registered.
+    The kernel's Python function is a local of the caller (``py_func`` or ``pyfunc``)."""
+    import sys as _sys
+
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.cudadrv import nvvm
+
+    if getattr(nvvm.set_launch_bounds, "_book_clusters", False):
+        return
+    original = nvvm.set_launch_bounds
+
+    def set_launch_bounds(kernel, launch_bounds):
+        original(kernel, launch_bounds)
+        frame, dims = _sys._getframe(1), None
+        for _ in range(4):
+            if frame is None:
+                break
+            for name in ("py_func", "pyfunc"):
+                hit = _CLUSTER_FUNCS.get(id(frame.f_locals.get(name)))
+                if hit is not None and hit[0] is frame.f_locals.get(name):
+                    dims = hit[1]
+            if dims is not None:
+                break
+            frame = frame.f_back
+        if dims is None:
+            return
+        module = kernel.module
+        ann = cgutils.get_or_insert_named_metadata(module, "nvvm.annotations")
+        for prop, v in zip(("cluster_dim_x", "cluster_dim_y", "cluster_dim_z"), dims):
+            ann.add(module.add_metadata((kernel, ir.MetaDataString(module, prop), ir.Constant(ir.IntType(32), v))))
+
+    set_launch_bounds._book_clusters = True
+    nvvm.set_launch_bounds = set_launch_bounds
+
+
+def _cluster_intrinsics():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    void = ir.VoidType()
+
+    def asm(builder, ret, argtys, text, cons, args, name="asm"):
+        return builder.asm(ir.FunctionType(ret, argtys), text, cons, args, True, name)
+
+    def u32(context, builder, v, ty):
+        return context.cast(builder, v, ty, types.uint32)
+
+    def sreg(reg, name):
+        @intrinsic
+        def op(typingctx):
+            def codegen(context, builder, sig, args):
+                return asm(builder, i32, [], f"mov.u32 $0, %{reg};", "=r", [])
+            return types.uint32(), codegen
+        op.__name__ = name
+        return op
+
+    def simple(text, name):
+        @intrinsic
+        def op(typingctx):
+            def codegen(context, builder, sig, args):
+                asm(builder, void, [], text, "~{memory}", [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        op.__name__ = name
+        return op
+
+    def array_address(context, builder, ty, value):
+        return builder.ptrtoint(context.make_array(ty)(context, builder, value=value).data, i64)
+
+    @intrinsic
+    def mapa(typingctx, addr, rank):
+        def codegen(context, builder, sig, args):
+            return asm(builder, i32, [i32, i32], "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r",
+                       [u32(context, builder, args[0], sig.args[0]), u32(context, builder, args[1], sig.args[1])])
+        return types.uint32(addr, rank), codegen
+
+    @intrinsic
+    def ld_cluster_u32(typingctx, caddr):
+        def codegen(context, builder, sig, args):
+            return asm(builder, i32, [i32], "ld.shared::cluster.u32 $0, [$1];", "=r,r,~{memory}",
+                       [u32(context, builder, args[0], sig.args[0])])
+        return types.uint32(caddr), codegen
+
+    @intrinsic
+    def st_cluster_u32(typingctx, caddr, value):
+        def codegen(context, builder, sig, args):
+            asm(builder, void, [i32, i32], "st.shared::cluster.u32 [$0], $1;", "r,r,~{memory}",
+                [u32(context, builder, args[0], sig.args[0]), u32(context, builder, args[1], sig.args[1])])
+            return context.get_dummy_value()
+        return types.void(caddr, value), codegen
+
+    @intrinsic
+    def mbar_arrive_cluster(typingctx, caddr):
+        def codegen(context, builder, sig, args):
+            asm(builder, void, [i32], "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];",
+                "r,~{memory}", [u32(context, builder, args[0], sig.args[0])])
+            return context.get_dummy_value()
+        return types.void(caddr), codegen
+
+    @intrinsic
+    def tma_load_2d_multicast(typingctx, dst, tmap, c0, c1, bar, cta_mask):
+        if not isinstance(tmap, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            mask = builder.trunc(u32(context, builder, args[5], sig.args[5]), i16)
+            asm(builder, void, [i32, i64, i32, i32, i32, i16],
+                "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                " [$0], [$1, {$2, $3}], [$4], $5;", "r,l,r,r,r,h,~{memory}",
+                [u32(context, builder, args[0], sig.args[0]), array_address(context, builder, sig.args[1], args[1]),
+                 context.cast(builder, args[2], sig.args[2], types.int32),
+                 context.cast(builder, args[3], sig.args[3], types.int32),
+                 u32(context, builder, args[4], sig.args[4]), mask])
+            return context.get_dummy_value()
+        return types.void(dst, tmap, c0, c1, bar, cta_mask), codegen
+
+    @intrinsic
+    def tma_store_2d(typingctx, tmap, c0, c1, src):
+        if not isinstance(tmap, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            asm(builder, void, [i64, i32, i32, i32],
+                "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}",
+                [array_address(context, builder, sig.args[0], args[0]),
+                 context.cast(builder, args[1], sig.args[1], types.int32),
+                 context.cast(builder, args[2], sig.args[2], types.int32),
+                 u32(context, builder, args[3], sig.args[3])])
+            return context.get_dummy_value()
+        return types.void(tmap, c0, c1, src), codegen
+
+    def bulk_wait(read: bool):
+        @intrinsic
+        def op(typingctx, n):
+            if not isinstance(n, types.IntegerLiteral):
+                return None
+            text = f"cp.async.bulk.wait_group{'.read' if read else ''} {n.literal_value};"
+
+            def codegen(context, builder, sig, args):
+                asm(builder, void, [], text, "~{memory}", [])
+                return context.get_dummy_value()
+            return types.void(n), codegen
+        return op
+
+    @intrinsic
+    def stage_acc_128b(typingctx, box, acc, chunk, tid):
+        """Registers 16·chunk .. 16·chunk + 15 of a thread's m64n256 accumulator fragment (columns 32·chunk ..
+        32·chunk + 31) into the warp's 16 × 32 float32 box at shared address `box` (1024-aligned), in the
+        128B-swizzled image TMA reads: row r = g + 8h of the warp's 16, 16-byte chunk (2q + t // 2) XOR g."""
+        if not (isinstance(acc, types.UniTuple) and acc.count == 128 and acc.dtype == types.float32):
+            return None
+
+        def codegen(context, builder, sig, args):
+            base = u32(context, builder, args[0], sig.args[0])
+            j = u32(context, builder, args[2], sig.args[2])
+            lane = builder.and_(u32(context, builder, args[3], sig.args[3]), ir.Constant(i32, 31))
+            g, t = builder.lshr(lane, ir.Constant(i32, 2)), builder.and_(lane, ir.Constant(i32, 3))
+            vals = [builder.extract_value(args[1], i) for i in range(128)]
+            f32 = ir.FloatType()
+            default = builder.append_basic_block("stage_done")
+            sw = builder.switch(j, default)
+            for c in range(8):
+                blk = builder.append_basic_block(f"stage_chunk{c}")
+                sw.add_case(ir.Constant(i32, c), blk)
+                with builder.goto_block(blk):
+                    for q in range(4):            # the 8-column group q of the chunk: registers 16c + 4q ..
+                        for h in range(2):        # rows g (h = 0) and g + 8 (h = 1)
+                            i = 16 * c + 4 * q + 2 * h
+                            row = builder.add(g, ir.Constant(i32, 8 * h))
+                            c16 = builder.xor(builder.add(ir.Constant(i32, 2 * q), builder.lshr(t, ir.Constant(i32, 1))), g)
+                            off = builder.add(builder.add(builder.mul(row, ir.Constant(i32, 128)),
+                                                          builder.mul(c16, ir.Constant(i32, 16))),
+                                              builder.mul(builder.and_(t, ir.Constant(i32, 1)), ir.Constant(i32, 8)))
+                            asm(builder, void, [i32, f32, f32], "st.shared.v2.f32 [$0], {$1, $2};",
+                                "r,f,f,~{memory}", [builder.add(base, off), vals[i], vals[i + 1]])
+                    builder.branch(default)
+            builder.position_at_end(default)
+            return context.get_dummy_value()
+        return types.void(box, acc, chunk, tid), codegen
+
+    return dict(
+        cluster_ctarank=sreg("cluster_ctarank", "cluster_ctarank"),
+        cluster_nctarank=sreg("cluster_nctarank", "cluster_nctarank"),
+        clusterid_x=sreg("clusterid.x", "clusterid_x"), nclusterid_x=sreg("nclusterid.x", "nclusterid_x"),
+        cluster_arrive=simple("barrier.cluster.arrive.release.aligned;", "cluster_arrive"),
+        cluster_wait=simple("barrier.cluster.wait.acquire.aligned;", "cluster_wait"),
+        cluster_sync=simple("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;",
+                            "cluster_sync"),
+        mapa=mapa, ld_cluster_u32=ld_cluster_u32, st_cluster_u32=st_cluster_u32,
+        mbar_arrive_cluster=mbar_arrive_cluster, tma_load_2d_multicast=tma_load_2d_multicast,
+        tma_store_2d=tma_store_2d, bulk_commit_group=simple("cp.async.bulk.commit_group;", "bulk_commit_group"),
+        bulk_wait_group=bulk_wait(False), bulk_wait_group_read=bulk_wait(True), stage_acc_128b=stage_acc_128b)
+
+
+# --- the cluster twins -----------------------------------------------------------------------------------
+CLUSTER_ADDRESS_BIT = 1 << 24        # simulator: a shared::cluster address (from mapa) = bit | rank << 18 | offset
+
+
+def _cluster_ctarank_twin():
+    _, t = _block()
+    return np.uint32(t.manager.cluster_rank)
+
+
+def _cluster_nctarank_twin():
+    _, t = _block()
+    return np.uint32(len(t.manager.cluster))
+
+
+def _clusterid_x_twin():
+    _, t = _block()
+    return np.uint32(t.manager.grid_point[0] // t.manager.cluster_dims[0])
+
+
+def _nclusterid_x_twin():
+    _, t = _block()
+    return np.uint32(t.manager._grid_dim[0] // t.manager.cluster_dims[0])
+
+
+def _block_of(manager) -> _Block:
+    st = _BLOCKS.get(manager)
+    if st is None:
+        st = _BLOCKS[manager] = _Block()
+    return st
+
+
+def _cluster_target(rank: int, what: str):
+    """(manager, _Block) of block `rank` of the calling thread's cluster, which must still run."""
+    sim = _sim()
+    _, t = _block()
+    cluster = t.manager.cluster
+    if not 0 <= rank < len(cluster):
+        raise sim.SimulatorError(f"{what}: block rank {rank} is not in this cluster of {len(cluster)} "
+                                 f"block{'s' if len(cluster) > 1 else ''} (ranks 0..{len(cluster) - 1})")
+    m = cluster[rank]
+    if m.finished:
+        raise sim.SimulatorError(f"{what}: block rank {rank} of the cluster (block {m.grid_point}) has exited, and its "
+                                 "shared memory with it: a cluster_sync() before any block exits keeps every "
+                                 "block's shared memory alive until the others are done with it")
+    return m, _block_of(m)
+
+
+def _split_cluster_address(caddr: int) -> tuple[int | None, int]:
+    """(rank, CTA offset) of a shared::cluster address; rank None for a plain shared address (this block)."""
+    if caddr & CLUSTER_ADDRESS_BIT:
+        return (caddr >> 18) & 0x3F, caddr & 0x3FFFF
+    return None, caddr
+
+
+def _mapa_twin(addr, rank):
+    _, t = _block()
+    _, off = _split_cluster_address(int(addr))
+    rank = int(rank)
+    _cluster_target(rank, "mapa")
+    if off >= SMEM_WINDOW:
+        raise _sim().SimulatorError(f"mapa: {int(addr):#x} is not a shared-memory address")
+    return np.uint32(CLUSTER_ADDRESS_BIT | rank << 18 | off)
+
+
+def _cluster_bytes(caddr, nbytes: int, what: str):
+    _, t = _block()
+    rank, off = _split_cluster_address(int(caddr))
+    m, st = _cluster_target(t.manager.cluster_rank if rank is None else rank, what)
+    view, pos = _resolve_in(st, m, off, nbytes, what)
+    return st, view, pos, off
+
+
+def _ld_cluster_u32_twin(caddr):
+    _, view, pos, _ = _cluster_bytes(caddr, 4, "ld_cluster_u32")
+    return np.uint32(view[pos:pos + 4].view(np.uint32)[0])
+
+
+def _st_cluster_u32_twin(caddr, value):
+    st, view, pos, off = _cluster_bytes(caddr, 4, "st_cluster_u32")
+    view[pos:pos + 4] = np.array([int(value) & 0xFFFFFFFF], dtype=np.uint32).view(np.uint8)
+    mask = st.written.get(off - pos)
+    if mask is not None:
+        mask[0][pos // mask[1]] = 1
+
+
+def _mbar_arrive_cluster_twin(caddr):
+    _, t = _block()
+    rank, off = _split_cluster_address(int(caddr))
+    target = _cluster_target(t.manager.cluster_rank if rank is None else rank, "mbar_arrive_cluster")[1]
+    _arrive(off, 0, "mbar_arrive_cluster", target)
+
+
+def _tma_load_2d_multicast_twin(dst, tmap, c0, c1, bar, cta_mask):
+    """One box read once, landing at the same shared offset `dst` of every block whose rank bit is set in
+    cta_mask, each delivery completing bytes on the mbarrier at offset `bar` of that block."""
+    sim = _sim()
+    _, t = _block()
+    what = "tma_load_2d_multicast"
+    mask, n = int(cta_mask) & 0xFFFF, len(t.manager.cluster)
+    if int(cta_mask) >> 16 or mask == 0:
+        raise sim.SimulatorError(f"{what}: the CTA mask {int(cta_mask):#b} must name 1 to 16 blocks of the cluster "
+                                 "(one bit per cluster rank)")
+    if mask >> n:
+        outside = [r for r in range(16) if mask >> r & 1 and r >= n]
+        raise sim.SimulatorError(f"{what}: the CTA mask {mask:#b} names block rank{'s' if len(outside) > 1 else ''} "
+                                 f"{', '.join(map(str, outside))}, but the cluster has {n} block{'s' if n > 1 else ''}")
+    tm = _sim_tmap(tmap, what)
+    dst, bar = int(dst), int(bar)
+    box = _tma_box(tm, dst, int(c0), int(c1), what)
+    for rank in range(n):
+        if mask >> rank & 1:
+            m, st = _cluster_target(rank, what)
+            b = st.barriers.get(bar)
+            if b is None:
+                raise sim.SimulatorError(
+                    f"{what}: block rank {rank} of the cluster has no mbarrier at shared {bar:#x} yet: every block "
+                    "initialises its barriers, fence_mbarrier_init(), then cluster_sync() before any block "
+                    "multicasts into it")
+            _tma_land(st, b, tm, dst, box, f"thread {t.thread_id} of cluster rank {t.manager.cluster_rank}, into "
+                      f"rank {rank}", what)
+
+
+def _cluster_state(t) -> dict:
+    head = _block_of(t.manager.cluster[0])
+    if not hasattr(head, "cluster_barrier"):
+        head.cluster_barrier = {"phase": 0, "arrived": set(), "pending": {}}
+    return head.cluster_barrier
+
+
+def _cluster_arrive_twin():
+    sim = _sim()
+    _, t = _block()
+    cb = _cluster_state(t)
+    me = (t.manager.cluster_rank, t.thread_id)
+    if me in cb["pending"]:
+        raise sim.SimulatorError(f"cluster_arrive: thread {t.thread_id} of cluster rank {me[0]} arrives again before "
+                                 "its cluster_wait: each arrive is followed by a wait")
+    cb["pending"][me] = cb["phase"]
+    cb["arrived"].add(me)
+    cluster = t.manager.cluster
+    total = sum(m.nthreads for m in cluster)
+    if len(cb["arrived"]) == total:
+        cb["phase"] += 1
+        cb["arrived"] = set()
+        for m in cluster:
+            sim.unpark(("cluster", cb["phase"] - 1), m)
+    else:
+        what = (f"cluster_wait: phase {cb['phase']} of the cluster barrier has {len(cb['arrived'])} of {total} "
+                f"arrivals (every thread of the cluster's {len(cluster)} blocks must cluster_arrive; a thread that "
+                "exited never will)")
+        for m in cluster:
+            sim.describe_parked(("cluster", cb["phase"]), what, m)
+
+
+def _cluster_wait_twin():
+    sim = _sim()
+    _, t = _block()
+    cb = _cluster_state(t)
+    me = (t.manager.cluster_rank, t.thread_id)
+    if me not in cb["pending"]:
+        raise sim.SimulatorError(f"cluster_wait: thread {t.thread_id} of cluster rank {me[0]} waits without a "
+                                 "cluster_arrive before it")
+    phase = cb["pending"].pop(me)
+    while cb["phase"] == phase:
+        total = sum(m.nthreads for m in t.manager.cluster)
+        sim.park(("cluster", phase), f"cluster_wait: phase {phase} of the cluster barrier has {len(cb['arrived'])} "
+                 f"of {total} arrivals (every thread of the cluster's {len(t.manager.cluster)} blocks must "
+                 "cluster_arrive; a thread that exited never will)")
+
+
+def _cluster_sync_twin():
+    _cluster_arrive_twin()
+    _cluster_wait_twin()
+
+
+# TMA stores: a thread's bulk async-groups. The source bytes are read, and the box written to global memory,
+# at the latest moment the hardware may read them: when bulk_wait_group(_read) retires the group. A kernel
+# that rewrites its staging buffer before that wait stores the new bytes here, as it may on a GPU.
+def _bulk_state(st: _Block, tid: int) -> dict:
+    if not hasattr(st, "bulk"):
+        st.bulk = {}
+    return st.bulk.setdefault(tid, {"open": [], "groups": []})
+
+
+def _tma_store_2d_twin(tmap, c0, c1, src):
+    st, t = _block()
+    tm = _sim_tmap(tmap, "tma_store_2d")
+    src = int(src)
+    align = 128 if tm.mode == "none" else 8 * SWIZZLE_SPAN[tm.mode]
+    if src % align:
+        raise _sim().SimulatorError(f"tma_store_2d: source {src:#x} is not {align}-byte aligned (a {tm.mode} box)")
+    row_bytes = tm.box_cols * tm.itemsize
+    view, off = _resolve(st, src, tm.box_rows * row_bytes, "tma_store_2d")
+    _bulk_state(st, t.thread_id)["open"].append((tm, int(c0), int(c1), view, off))
+
+
+def _bulk_commit_group_twin():
+    st, t = _block()
+    me = _bulk_state(st, t.thread_id)
+    me["groups"].append(me["open"])
+    me["open"] = []
+
+
+def _retire_stores(group):
+    for tm, c0, c1, view, off in group:
+        row_bytes = tm.box_cols * tm.itemsize
+        pos = off + tma_box_offsets(tm.box_rows, row_bytes, tm.mode).reshape(-1)
+        box = np.ascontiguousarray(view[pos]).view(tm.array.dtype).reshape(tm.box_rows, tm.box_cols)
+        r0, r1 = max(c1, 0), min(c1 + tm.box_rows, tm.rows)
+        k0, k1 = max(c0, 0), min(c0 + tm.box_cols, tm.cols)
+        if r0 < r1 and k0 < k1:      # the part of the box outside the tensor is not written
+            tm.array[r0:r1, k0:k1] = box[r0 - c1:r1 - c1, k0 - c0:k1 - c0]
+
+
+def _bulk_wait_twin(name: str):
+    def twin(n):
+        st, t = _block()
+        me = _bulk_state(st, t.thread_id)
+        keep = int(n)
+        while len(me["groups"]) > keep:
+            _retire_stores(me["groups"].pop(0))
+    twin.__name__ = name
+    return twin
+
+
+def _stage_acc_128b_twin(box, acc, chunk, tid):
+    st, _ = _block()
+    box, j, lane = int(box), int(chunk), int(tid) % 32
+    if box % 1024:
+        raise _sim().SimulatorError(f"stage_acc_128b: the box at shared {box:#x} is not 1024-byte aligned (its "
+                                    "128B swizzle reads absolute address bits)")
+    if len(acc) != 128 or not 0 <= j < 8:
+        raise ValueError(f"stage_acc_128b: an m64n256 fragment (128 float32) and a chunk 0..7, got {len(acc)}, {j}")
+    view, off = _resolve(st, box, 16 * 128, "stage_acc_128b")
+    g, t = lane // 4, lane % 4
+    mask = st.written.get(box - off)
+    for q in range(4):
+        for h in range(2):
+            i = 16 * j + 4 * q + 2 * h
+            pos = off + (g + 8 * h) * 128 + (((2 * q + t // 2) ^ g) * 16) + (t & 1) * 8
+            view[pos:pos + 8] = np.array([acc[i], acc[i + 1]], dtype=np.float32).view(np.uint8)
+            if mask is not None:
+                mask[0][pos // mask[1]:(pos + 8) // mask[1]] = 1
+
+
+def _block_end(manager):
+    """A block may not end with TMA stores it has not waited for (their source is its shared memory)."""
+    st = _BLOCKS.get(manager)
+    for tid, me in (getattr(st, "bulk", None) or {}).items():
+        if me["open"] or me["groups"]:
+            raise _sim().SimulatorError(
+                f"block {manager.grid_point} ended while thread {tid} still has "
+                f"{len(me['open']) + sum(len(g) for g in me['groups'])} TMA store(s) in flight "
+                f"({len(me['open'])} not committed): bulk_commit_group() and bulk_wait_group(0) before the block "
+                "exits, or its shared memory may be reused while the copy still reads it")
+
+
+def _cluster_twins():
+    _sim().add_block_listener(lambda manager: None, _block_end)
+    return dict(
+        cluster_ctarank=_cluster_ctarank_twin, cluster_nctarank=_cluster_nctarank_twin,
+        clusterid_x=_clusterid_x_twin, nclusterid_x=_nclusterid_x_twin,
+        cluster_arrive=_cluster_arrive_twin, cluster_wait=_cluster_wait_twin, cluster_sync=_cluster_sync_twin,
+        mapa=_mapa_twin, ld_cluster_u32=_ld_cluster_u32_twin, st_cluster_u32=_st_cluster_u32_twin,
+        mbar_arrive_cluster=_mbar_arrive_cluster_twin, tma_load_2d_multicast=_tma_load_2d_multicast_twin,
+        tma_store_2d=_tma_store_2d_twin, bulk_commit_group=_bulk_commit_group_twin,
+        bulk_wait_group=_bulk_wait_twin("bulk_wait_group"), bulk_wait_group_read=_bulk_wait_twin("bulk_wait_group_read"),
+        stage_acc_128b=_stage_acc_128b_twin)
+
+
+_CLUSTER_FUNCTIONS = _cluster_twins() if SIMULATOR else _cluster_intrinsics()
+globals().update(_CLUSTER_FUNCTIONS)
+__all__ += sorted(_CLUSTER_FUNCTIONS) + ["cluster_dims", "check_cluster_grid", "MAX_CLUSTER_BLOCKS"]

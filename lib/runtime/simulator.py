@@ -17,7 +17,9 @@ schedule's seed; the threads of a block start in an order of their own, drawn fr
 waits goes to the back of the line when what it waits for completes, and the threads released together (a
 barrier, a collective) join the line in the block's order. So ``cuda.atomic.add(counter, 0, 1)`` hands out
 slots in no index order, and a kernel that relies on block 0 running before block 1 fails as it can on a
-GPU. The order is a function of (seed, launch number): :func:`schedule_seed` (``with schedule_seed(s):``)
+GPU. A kernel launched in thread-block clusters (``lib.runtime.hopper.cluster_dims``) runs cluster after
+cluster instead, the blocks of each cluster co-resident: their threads share one line, interleaved in an
+order drawn from the seed, so one block can wait for another (:func:`run_together`). The order is a function of (seed, launch number): :func:`schedule_seed` (``with schedule_seed(s):``)
 sets the seed and counts launches from 0, so running the same calls under the same seed replays the same
 order; an exception from a launch carries a note naming its seed and launch, and :func:`last_launch`
 tells the order of the latest launch. The process default is seed ``DEFAULT_SEED`` (or
@@ -59,6 +61,10 @@ Public API (other modules build on it; keep it stable):
 - :func:`warp_collective` (op, mask, operands, compute): a generic rendezvous of the lanes in mask with the
   rules of the built-in intrinsics; ``compute({lane: operands}) -> {lane: result}`` runs once, when every
   non-exited lane of the mask has arrived; returns the calling lane's result.
+- a manager's ``cluster`` (the blocks of its cluster by rank, itself alone outside clusters),
+  ``cluster_rank``, ``cluster_dims`` and ``finished``; :func:`park`, :func:`unpark`, :func:`parked` and
+  :func:`describe_parked` (a thread waits for an event of its block; ``manager=`` names another block of
+  its cluster).
 - :func:`add_block_listener` (start, end): ``start(manager)`` before a block's threads run,
   ``end(manager)`` after they all finished (not called when the block failed).
 - :func:`schedule_seed`, :func:`set_schedule_seed`, :func:`current_schedule`, :func:`last_launch` (a
@@ -316,8 +322,18 @@ class FastBlockManager:
         self.launch: LaunchSchedule | None = None  # set by the launch that runs this block
         self.ordinal = 0                # this block's place in the launch's run order
         self.base = 0                   # ordinal * threads per block: the first `gt` of this block
+        self.shared = None              # its own cuda.shared (blocks of a cluster); None: the launch's
         self.fences = 0                 # threadfence() / threadfence_system() calls of this block so far
         self.syncs = 0                  # fences and global atomics of this block so far
+        self.started = False            # its threads were made (a block of a cluster may wait for its turn)
+        self.cluster: list = [self]     # the blocks of its cluster, by rank (run co-resident), itself alone
+        self.cluster_rank = 0
+        self.cluster_dims = (1, 1, 1)
+
+    @property
+    def finished(self) -> bool:
+        """All its threads exited (a block of a cluster whose shared memory another may no longer use)."""
+        return self.started and not self.live
 
     # --- public: for the debugger and other tools ----------------------------------------------
     def warp_seq(self, w: int) -> int:
@@ -340,6 +356,10 @@ class FastBlockManager:
 
     # --- the scheduler (the launching thread) ---------------------------------------------------
     def run(self, grid_point, *args):
+        run_together([self], [grid_point], args)
+
+    def _start(self, grid_point, hub):
+        """Make the block's threads (not started yet) and return them in the order they first run."""
         self.grid_point = self._grid_point = tuple(int(g) for g in grid_point)
         bx, by, bz = self._block_dim
         block_idx = _Dim3(*self.grid_point)
@@ -349,43 +369,18 @@ class FastBlockManager:
             self.warps[w] = _Warp(w, list(range(min(WARP, self.nthreads - w * WARP))))
         self._threads = threads  # in thread-id order
         self.live = set(threads)
-        self._hub = greenlet.getcurrent()
+        self._hub = hub
         for t in threads:
-            t.greenlet = greenlet.greenlet(self._thread_main, self._hub)
+            t.greenlet = greenlet.greenlet(self._thread_main, hub)
         for start, _ in _block_listeners:
             start(self)
+        self.started = True
         if self.launch is not None:  # the order the threads first run in, drawn from the launch's seed
             order = [threads[i] for i in self.launch.thread_order(self.nthreads)]
             for rank, t in enumerate(order):
                 t.rank = rank
-        else:
-            order = threads
-        self._ready.extend(order)
-        active = self._active
-        me = active.get(self.ident)
-        try:
-            while self._ready and self._error is None:
-                t = self._ready.popleft()
-                active[self.ident] = _RUNNING[0] = t
-                t.greenlet.switch(t, args)  # returns when a thread exits, or when nobody is ready
-                active[self.ident] = me
-                _RUNNING[0] = None
-            if self._error is None and self.live:
-                self._report_deadlock()
-        finally:
-            _RUNNING[0] = None
-            if me is None:
-                active.pop(self.ident, None)
-            else:
-                active[self.ident] = me
-            for t in threads:  # threads still waiting after an error: unwind them (GreenletExit)
-                if t.greenlet:
-                    t.greenlet.throw()
-        if self._error is not None:
-            error, tb = self._error
-            raise error.with_traceback(tb)
-        for _, end in _block_listeners:
-            end(self)
+            return order
+        return threads
 
     def _thread_main(self, t: SimThread, args):
         try:
@@ -421,14 +416,23 @@ class FastBlockManager:
         warp.blocked -= 1
         self._ready.append(t)
 
-    def _report_deadlock(self):
+    def _waits(self, prefix: str = "") -> list[str]:
         where: dict[str, list] = {}
         for t in self.live:
             where.setdefault(self.waiting_at.get(t, "?"), []).append(t.thread_id)
-        lines = [f"  threads {_describe_lanes(ids)} wait in {what}" for what, ids in sorted(where.items())]
+        return [f"  {prefix}threads {_describe_lanes(ids)} wait in {what}" for what, ids in sorted(where.items())]
+
+    def _report_deadlock(self, together=()):
+        if len(together) > 1:
+            lines = [line for m in together for line in m._waits(f"block {m.grid_point} (cluster rank "
+                                                                   f"{m.cluster_rank}): ")]
+            head = (f"deadlock in the cluster of blocks {', '.join(str(m.grid_point) for m in together)}: "
+                    "every live thread of the cluster is waiting and none can go on.")
+        else:
+            lines = self._waits()
+            head = f"deadlock in block {self.grid_point}: every live thread is waiting and none can go on."
         self._error = (DeadlockError(
-            f"deadlock in block {self.grid_point}: every live thread is waiting and none can go on.\n"
-            + "\n".join(lines)
+            head + "\n" + "\n".join(lines)
             + "\nEvery lane named in a warp intrinsic's mask must reach the same call, and every "
               "thread of the block must reach syncthreads() (or exit)."), None)
 
@@ -531,6 +535,64 @@ class FastBlockManager:
         self._release_barrier_if_complete()
         if warp.activemask_calls:
             self._settle_activemask(warp)
+
+
+def run_together(managers: list, grid_points: list, args):
+    """Run blocks co-resident (the blocks of one cluster; a lone block is a cluster of one): their threads
+    share one line, so a thread of one block can wait for a thread of another (a cluster barrier, a
+    multicast copy). Each block's threads first run in the order drawn for it; the blocks' orders are
+    interleaved in an order drawn from the launch's seed too."""
+    hub = greenlet.getcurrent()
+    orders = [m._start(p, hub) for m, p in zip(managers, grid_points)]
+    if len(managers) == 1:
+        ready = managers[0]._ready
+        ready.extend(orders[0])
+    else:
+        ready = deque()
+        launch = managers[0].launch
+        picks = (launch.thread_order(sum(len(o) for o in orders)) if launch is not None
+                 else list(range(sum(len(o) for o in orders))))
+        owner = [k for k, o in enumerate(orders) for _ in o]
+        nxt = [0] * len(orders)
+        for p in picks:                         # each block keeps its own order; the blocks interleave
+            k = owner[p]
+            ready.append(orders[k][nxt[k]])
+            nxt[k] += 1
+        for m in managers:
+            m._ready = ready
+    ident = managers[0].ident
+    active = managers[0]._active
+    me = active.get(ident)
+    failed = None
+    try:
+        while ready:
+            t = ready.popleft()
+            active[ident] = _RUNNING[0] = t
+            t.greenlet.switch(t, args)  # returns when a thread exits, or when nobody is ready
+            active[ident] = me
+            _RUNNING[0] = None
+            failed = next((m for m in managers if m._error is not None), None)
+            if failed is not None:
+                break
+        if failed is None and any(m.live for m in managers):
+            failed = next(m for m in managers if m.live)
+            failed._report_deadlock(managers)
+    finally:
+        _RUNNING[0] = None
+        if me is None:
+            active.pop(ident, None)
+        else:
+            active[ident] = me
+        for m in managers:
+            for t in m._threads:  # threads still waiting after an error: unwind them (GreenletExit)
+                if t.greenlet:
+                    t.greenlet.throw()
+    if failed is not None:
+        error, tb = failed._error
+        raise error.with_traceback(tb)
+    for m in managers:
+        for _, end in _block_listeners:
+            end(m)
 
 
 # --- the schedule: the order blocks and threads run in, drawn from a seed ---------------------------------
@@ -931,18 +993,22 @@ def _simulated_call(self, *args):
         retr = []
         fake_args = [_fake_argument(self, arg, retr) for arg in args]
         order = _last_launch = current_schedule().next_launch(grid_dim, block_dim)
-        order.fn = self.fn
+        order.fn, order.dynshared_size = self.fn, self.dynshared_size
         view = _view = _KernelView(fake_cuda)
         for start, _ in _launch_listeners:
             start(order)
         try:
             view.enter(self.fn)
             nthreads = order.nthreads
-            for ordinal, grid_point in enumerate(order.blocks):
-                bm = FastBlockManager(self.fn, grid_dim, block_dim, self._debug)
-                bm.launch, bm.ordinal, bm.base = order, ordinal, ordinal * nthreads
-                bm.run(grid_point, *fake_args)
-                order.fences[ordinal], order.syncs[ordinal] = bm.fences, bm.syncs
+            dims = getattr(self, "_book_cluster_dims", None)
+            if dims is None:
+                for ordinal, grid_point in enumerate(order.blocks):
+                    bm = FastBlockManager(self.fn, grid_dim, block_dim, self._debug)
+                    bm.launch, bm.ordinal, bm.base = order, ordinal, ordinal * nthreads
+                    bm.run(grid_point, *fake_args)
+                    order.fences[ordinal], order.syncs[ordinal] = bm.fences, bm.syncs
+            else:
+                _run_clusters(self.fn, self._debug, order, grid_dim, block_dim, dims, fake_args)
         except Exception as exc:
             if len(order.blocks) > 1 or order.nthreads > 1:
                 exc.add_note(order.describe())
@@ -956,6 +1022,40 @@ def _simulated_call(self, *args):
             wb()
 
 
+def _run_clusters(fn, debug, order, grid_dim, block_dim, dims, args):
+    """A launch in clusters of `dims` blocks (lib.runtime.hopper.cluster_dims): the clusters run one after
+    another in the order their first block has in the launch's seeded order; the blocks of one cluster run
+    co-resident. A grid that is not a whole number of clusters is refused, as the driver refuses it."""
+    for axis, g, c in zip("xyz", grid_dim, dims):
+        if g % c:
+            raise ValueError(f"{fn.__name__} runs in clusters of {dims[0]} × {dims[1]} × {dims[2]} blocks, so its "
+                             f"grid must be a multiple of that along each axis: grid.{axis} = {g} is not a "
+                             f"multiple of {c}")
+    clusters: dict = {}
+    for ordinal, point in enumerate(order.blocks):
+        cid = tuple(p // c for p, c in zip(point, dims))
+        clusters.setdefault(cid, []).append((ordinal, point))
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    for cid, members in clusters.items():
+        def rank(point):
+            x, y, z = (p % c for p, c in zip(point, dims))
+            return x + dims[0] * (y + dims[1] * z)
+        members.sort(key=lambda m: rank(m[1]))
+        managers = []
+        for ordinal, point in members:
+            bm = FastBlockManager(fn, grid_dim, block_dim, debug)
+            bm.launch, bm.ordinal, bm.base = order, ordinal, ordinal * order.nthreads
+            bm.cluster_rank, bm.cluster_dims = rank(point), tuple(dims)
+            managers.append(bm)
+        for bm in managers:
+            bm.cluster = managers
+            bm.shared = FakeCUDAShared(order.dynshared_size)   # co-resident: each block its own shared memory
+        run_together(managers, [point for _, point in members], args)
+        for (ordinal, _), bm in zip(members, managers):
+            order.fences[ordinal], order.syncs[ordinal] = bm.fences, bm.syncs
+
+
 def _forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
     """numba's simulator forall, except that 0 tasks launch nothing (a GPU's ForAll returns at once)."""
     if ntasks < 0:
@@ -967,6 +1067,14 @@ def _forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
 
 def _no_launch(*args):
     return None
+
+
+def _shared_of_block(fake_cuda):
+    """cuda.shared: numba's simulator has one per launch (its blocks run one after another); a block of a
+    cluster, co-resident with the others, has its own."""
+    t = _RUNNING[0]
+    own = getattr(t._manager, "shared", None) if t is not None else None
+    return own if own is not None else fake_cuda._shared
 
 
 def _fence():
@@ -1075,6 +1183,7 @@ def install():
     for name, fn in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, staticmethod(fn))
         setattr(cuda, name, fn)  # so `from numba.cuda import shfl_down_sync` works as well
+    kernelapi.FakeCUDAModule.shared = property(_shared_of_block)
     kernelapi.FakeCUDAModule.threadfence = staticmethod(_fence)
     kernelapi.FakeCUDAModule.threadfence_system = staticmethod(_fence)
     kernelapi.FakeCUDAModule.threadfence_block = staticmethod(_fence_block)
@@ -1086,7 +1195,7 @@ def install():
 
 # --- parking: a thread waits for an event another thread of its block signals (lib.runtime.hopper) -------
 def park(key, what: str):
-    """The calling simulated thread waits until some thread of its block calls :func:`unpark` with `key`;
+    """The calling simulated thread waits until some thread calls :func:`unpark` with `key` for its block;
     `what` is how a deadlock report names the wait (update it with :func:`describe_parked`)."""
     t = current_thread()
     if t is None:
@@ -1098,22 +1207,24 @@ def park(key, what: str):
     m._yield(warp)
 
 
-def unpark(key) -> int:
-    """Put every thread of the calling thread's block parked on `key` back in line; how many there were."""
-    m = current_thread()._manager
+def unpark(key, manager=None) -> int:
+    """Put every thread of a block (the calling thread's, or `manager`'s: another block of its cluster)
+    parked on `key` back in line; how many there were."""
+    m = manager if manager is not None else current_thread()._manager
     waiting = m.__dict__.get("parked", {}).pop(key, [])
     for t in waiting:
         m._wake(t, m.warps[t.thread_id // WARP])
     return len(waiting)
 
 
-def parked(key) -> int:
-    """How many threads of the calling thread's block are parked on `key`."""
-    return len(current_thread()._manager.__dict__.get("parked", {}).get(key, ()))
+def parked(key, manager=None) -> int:
+    """How many threads of the calling thread's block (or of `manager`'s) are parked on `key`."""
+    m = manager if manager is not None else current_thread()._manager
+    return len(m.__dict__.get("parked", {}).get(key, ()))
 
 
-def describe_parked(key, what: str):
+def describe_parked(key, what: str, manager=None):
     """Reword what the threads parked on `key` wait for (the state they wait on changed)."""
-    m = current_thread()._manager
+    m = manager if manager is not None else current_thread()._manager
     for t in m.__dict__.get("parked", {}).get(key, ()):
         m.waiting_at[t] = what
