@@ -756,6 +756,23 @@ def ladder_table(df, size="8192x8192x8192", rungs=None):
     return out
 
 
+def clocks_note(df, size="8192x8192x8192") -> str:
+    """How the recorded rows of one size ran: the SM clock range and the throttle reasons nvidia-smi gave while
+    each was timed (columns sm_mhz and throttle of the recording), cuBLAS's and the best FP16 rung's clocks."""
+    rows = df[df["size"] == size]
+    if rows.empty:
+        return f"{size}: not recorded"
+    reasons = rows["throttle"].fillna("none").astype(str).value_counts()
+    best = max((rung_name(r, "f16") for r in MAKERS if rung_name(r, "f16") in set(rows["kernel"])),
+               key=lambda k: float(rows.loc[rows["kernel"] == k, "value"].iloc[0]), default=None)
+    clock = rows.set_index("kernel")["sm_mhz"]
+    said = ", ".join(f"{n} of {len(rows)} rows {why}" for why, n in reasons.items())
+    line = f"{size}: {said}; SM clock {clock.min():.0f}-{clock.max():.0f} MHz"
+    if best is not None and BASELINES["f16"].name in clock:
+        line += f" (cuBLAS FP16 {clock[BASELINES['f16'].name]:.0f} MHz, {best} {clock[best]:.0f} MHz)"
+    return line
+
+
 def triton_note(folder=None) -> str:
     """What hopper.triton.csv says about the Triton baseline of the recorded run, in lines for the page."""
     return triton_baselines.tuning_summary(
