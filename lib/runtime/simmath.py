@@ -104,8 +104,48 @@ _UNARY_ERRORS = {
 _EXACT = {"fabs"}  # the float64 result is the float32 one: no rounding needed
 
 
+# --- lgamma near its zeros ----------------------------------------------------------------------------------
+# CPython's math.lgamma (a Lanczos sum) has a small *absolute* error, so near the zeros of lgamma (x = 1, 2)
+# its relative error grows to thousands of ulp (on the H200 libdevice's lgamma was within a few ulp of the
+# truth there: lgamma(1.001) differed by 1407 ulp). Between 0.5 and 2.5 the twin sums the Taylor series about
+# 1 or 2 instead: lgamma(1 + z) = -γz + Σ_{k≥2} (-1)^k ζ(k) z^k / k and
+# lgamma(2 + z) = (1 - γ)z + Σ_{k≥2} (-1)^k (ζ(k) - 1) z^k / k, |z| <= 0.5.
+_EULER_GAMMA = 0.57721566490153286061
+
+
+def _zeta_minus_one(k: int, n: int = 100) -> float:
+    """ζ(k) - 1 = Σ_{m>=2} m^-k, the first n - 2 terms summed and the rest by Euler-Maclaurin."""
+    head = math.fsum(m ** -k for m in range(n - 1, 1, -1))
+    tail = (n ** (1 - k) / (k - 1) + 0.5 * n ** -k + k * n ** (-k - 1) / 12
+            - k * (k + 1) * (k + 2) * n ** (-k - 3) / 720 + k * (k + 1) * (k + 2) * (k + 3) * (k + 4) * n ** (-k - 5) / 30240)
+    return head + tail
+
+
+_ZETA1 = [0.0, 0.0] + [_zeta_minus_one(k) for k in range(2, 64)]   # ζ(k) - 1 for k = 2..63
+
+
+def _lgamma_series(z: float, about_two: bool) -> float:
+    total = 0.0
+    for k in range(63, 1, -1):  # smallest terms first
+        c = _ZETA1[k] if about_two else _ZETA1[k] + 1.0
+        total += (-1.0) ** k * c * z ** k / k
+    return total + ((1.0 - _EULER_GAMMA) if about_two else -_EULER_GAMMA) * z
+
+
+def _lgamma(x):
+    x = float(x)
+    if 0.5 <= x <= 1.5:
+        return _lgamma_series(x - 1.0, about_two=False)
+    if 1.5 < x <= 2.5:
+        return _lgamma_series(x - 2.0, about_two=True)
+    return math.lgamma(x)
+
+
+_ACCURATE = {"lgamma": _lgamma}
+
+
 def _unary(name):
-    f = getattr(math, name)
+    f = _ACCURATE.get(name) or getattr(math, name)
     on_error = _UNARY_ERRORS[name]
     exact = name in _EXACT
 
