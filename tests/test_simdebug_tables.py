@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(not lib.SIMULATOR, reason="the debugger is part 
 if lib.SIMULATOR:
     from numba import cuda
 
-    from lib.runtime import gpucompile, simdebug
+    from lib.runtime import gpucompile, simdebug, simulator
 
 SPELLINGS = {"int": lambda i: i, "numpy integer": lambda i: np.int64(i), "1-tuple": lambda i: (i,)}
 
@@ -123,3 +123,22 @@ def test_correct_kernels_are_silent_and_past_the_end_is_numpys_error(tables):
     for launch in (lambda: one_past[1, 1](x, np.zeros(1, np.float32)), lambda: store_past[2, 1](x)):
         with pytest.raises(IndexError, match="index 1000 is out of bounds for axis 0 with size 1000"):
             launch()
+
+
+def test_a_read_of_another_blocks_write_names_the_line_of_the_write(tables):
+    @cuda.jit
+    def block_one_reads_block_zeros(out, got):
+        if cuda.threadIdx.x == 0:
+            if cuda.blockIdx.x == 0:
+                out[0] = 7.0  # the write
+            else:
+                got[0] = out[0]
+
+    messages = set()
+    for seed in range(4):
+        with simulator.schedule_seed(seed), pytest.raises(simdebug.RaceError) as err:
+            block_one_reads_block_zeros[2, 32](np.zeros(1, np.float32), np.zeros(1, np.float32))
+        messages.add(str(err.value).split(": ", 1)[1])
+    line = next(n for n, text in enumerate(open(__file__), 1) if "out[0] = 7.0  # the write" in text)
+    assert any(f"of block (0, 0, 0) writes it at tests/test_simdebug_tables.py:{line}" in m
+               and "of block (1, 0, 0) reads  it at" in m for m in messages), messages

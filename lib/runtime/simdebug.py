@@ -607,7 +607,8 @@ FLAT_LIMIT = 1 << 22  # elements: a list entry (8 bytes) per element and launch;
 class _GlobalArray:
     """What one launch did to one global array."""
 
-    __slots__ = ("ary", "blocks", "flat", "lists", "size", "writes", "reads", "earlier_reads", "rmw")
+    __slots__ = ("ary", "blocks", "flat", "lists", "size", "writes", "write_fences", "write_codes", "write_lastis",
+                 "reads", "earlier_reads", "rmw")
 
     def __init__(self, ary, blocks: bool):
         self.ary = ary                    # kept alive: its id is the key
@@ -615,8 +616,12 @@ class _GlobalArray:
         self.size = n = ary.size
         self.flat = ary.ndim == 1 and ary.dtype.names is None  # keys are elements (ints), however indexed
         self.lists = self.flat and n <= FLAT_LIMIT              # tables are lists indexed by the element
-        # idx -> (gt, block's fences then, code, lasti); several blocks only
+        # several blocks only: idx -> (gt, block's fences then, code, lasti); list tables keep the four in four
+        # lists (`writes` the gt), so that a write allocates nothing (a tuple per write is collected garbage)
         self.writes = ([None] * n if blocks else None) if self.lists else {}
+        self.write_fences = self.write_codes = self.write_lastis = None
+        if self.lists and blocks:
+            self.write_fences, self.write_codes, self.write_lastis = [0] * n, [None] * n, [0] * n
         self.reads = [None] * n if self.lists else {}   # idx -> gt of the last reader
         self.earlier_reads: dict = {}     # idx -> gt of a reader in an earlier block than the last reader's
         self.rmw: dict = {}               # idx -> (gt, barrier generation, code, lasti)
@@ -672,13 +677,31 @@ def _entry(table, key):
     return table[key] if type(table) is list else table.get(key)
 
 
+def _last_write(g, idx):
+    """(gt, fences, code, lasti) of the last write to element `idx` (a table key) of `g`, or None."""
+    if not g.lists:
+        return g.writes.get(idx)
+    gt = g.writes[idx]
+    return None if gt is None else (gt, g.write_fences[idx], g.write_codes[idx], g.write_lastis[idx])
+
+
+def _note_write(g, idx, gt, fences, frame):
+    if not g.lists:
+        g.writes[idx] = (gt, fences, frame.f_code, frame.f_lasti)
+        return
+    g.writes[idx] = gt
+    g.write_fences[idx] = fences
+    g.write_codes[idx] = frame.f_code
+    g.write_lastis[idx] = frame.f_lasti
+
+
 def _read_seen(g, idx, t, frame):
     """Note that thread `t` read element `idx` (a table key) of `g`; a read of what an earlier block wrote
     is a race between blocks. `frame` is the accessor's caller."""
     gt = t.gt
     if g.blocks:
         base = t._manager.base
-        w = _entry(g.writes, idx)
+        w = _last_write(g, idx)
         if w is not None and w[0] < base:  # written by an earlier block of this launch
             _across_blocks(g, idx, w, t, "reads", frame)
         reads = g.reads
@@ -708,10 +731,10 @@ def _write_seen(g, idx, t, old, value, frame):
             r = g.earlier_reads.get(idx)
             if r is not None:
                 _across_blocks(g, idx, (r, None, None, None), t, "writes", frame, first="read")
-        w = _entry(g.writes, idx)
+        w = _last_write(g, idx)
         if w is not None and w[0] < base and not _same_bits(old(), value):
             _across_blocks(g, idx, w, t, "writes", frame)
-        g.writes[idx] = (gt, m.fences, frame.f_code, frame.f_lasti)
+        _note_write(g, idx, gt, m.fences, frame)
 
 
 def _global_get(self, idx):
@@ -739,8 +762,8 @@ def _global_get(self, idx):
         gt = t.gt  # _read_seen, written out for list tables of several blocks
         base = t._manager.base
         w = g.writes[idx]
-        if w is not None and w[0] < base:  # written by an earlier block of this launch
-            _across_blocks(g, idx, w, t, "reads", sys._getframe(1))
+        if w is not None and w < base:  # written by an earlier block of this launch
+            _across_blocks(g, idx, _last_write(g, idx), t, "reads", sys._getframe(1))
         reads = g.reads
         r = reads[idx]
         if r != gt:
@@ -822,11 +845,15 @@ def _global_put(self, idx, value):
                         if r is not None:
                             _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1),
                                            first="read")
-                    w = g.writes[idx]
-                    if w is not None and w[0] < base and not _same_bits(d["_a"][idx], value):
-                        _across_blocks(g, idx, w, t, "writes", sys._getframe(1))
-                    f = sys._getframe(1)
-                    g.writes[idx] = (gt, m.fences, f.f_code, f.f_lasti)
+                    writes = g.writes
+                    w = writes[idx]
+                    if w is not None and w < base and not _same_bits(d["_a"][idx], value):
+                        _across_blocks(g, idx, _last_write(g, idx), t, "writes", sys._getframe(1))
+                    f = sys._getframe(1)  # _note_write, written out
+                    writes[idx] = gt
+                    g.write_fences[idx] = m.fences
+                    g.write_codes[idx] = f.f_code
+                    g.write_lastis[idx] = f.f_lasti
         d["_a"][idx] = value
         return
     # the index check of lib.runtime.simulator's accessor
