@@ -1170,7 +1170,7 @@ def test_simbench_finds_its_kernels_and_the_attention_solution_in_its_chapter():
 
     cases = simbench.cases()
     assert [case[0] for case in cases] == ["grid_stride_add", "grid_stride_add_64_blocks", "barriers", "warp_shuffle",
-                                           "transpose_tiled", "attention"]
+                                           "transpose_tiled", "attention", "graded_vector_add"]
     assert [case[0] for case in cases[:3]] == list(simbench.PLAIN_CASES)  # what --plain times on numba's own
     attention = simbench._attention_solution()
     assert callable(attention) and attention.__module__ == "attention_solution"

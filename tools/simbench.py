@@ -12,7 +12,10 @@ elements per second where a kernel has one element per input value, and the tota
   16 blocks of 256 threads;
 * ``transpose_tiled``: the memory chapter's ``transpose_tiled_kernel``, 128 x 128 floats;
 * ``attention``: the solution of the attention chapter's ``attention`` exercise, read from the chapter,
-  64 queries x 64 keys, d = 64.
+  64 queries x 64 keys, d = 64;
+* ``graded_vector_add``: ``grid_stride_add`` launched ``[1, 32]`` as the grader runs a student's
+  ``vector_add`` (:func:`lib.grading.grader.execute_case`: launch records, quiet launches, a seeded
+  schedule, two device copies in and one out) over GRID_STRIDE_N elements, judged by the grader.
 
 Every result is checked against numpy before its time counts. The GPU-compile check (:mod:`lib.runtime.gpucompile`)
 is switched off: it runs once per kernel in a helper process and is not the simulator's speed. The
@@ -160,7 +163,26 @@ def cases():
     expected = (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
     out.append(("attention", lambda: attention(q, k, v, o),
                 lambda: np.testing.assert_allclose(o, expected, rtol=1e-4, atol=1e-5), None))
+    out.append(_graded_case(_plain_kernels()["grid_stride_add"]))
     return out
+
+
+def _graded_case(add):
+    """(name, run, check, elements): the grader's path for a one-warp grid-stride vector_add."""
+    from lib.grading.grader import cases as grading
+
+    def vector_add(a, b, out):
+        add[1, 32](a, b, out)
+
+    case = grading.prepare_case("vector_add", (GRID_STRIDE_N,), np.random.default_rng(2))
+    done = []
+
+    def check():
+        result = grading.judge(case, done.pop())
+        assert result.passed, result.message
+
+    return ("graded_vector_add", lambda: done.append(grading.execute_case(vector_add, case.public(), schedule=[0, 0])),
+            check, GRID_STRIDE_N)
 
 
 def measure(selected, repeat: int = 1) -> dict[str, dict]:

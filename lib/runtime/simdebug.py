@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import operator
 import os
 import re
 import sys
@@ -215,7 +216,9 @@ def _launch_started(order):
 def _launch_ended(order):
     global _launch
     for wrapper in _launch.wrappers:
-        wrapper.__dict__.pop("_g", None)
+        d = wrapper.__dict__
+        d.pop("_g", None)
+        d.pop("_r", None)
     _launch = _NO_LAUNCH
 
 
@@ -589,18 +592,37 @@ def _local_array(self, shape, dtype, alignment=None):
 # before every access of the running one, and a thread's `gt` (its number in the launch: blocks in run order,
 # then thread id) is below the running block's `base` exactly when it belongs to an earlier block. Per
 # element the debugger keeps the last writer, the last reader (and a reader of an earlier block than that),
-# and the last read-modify-write; keys are the index as the kernel wrote it (an int, or a tuple of ints).
+# and the last read-modify-write. In a 1-D array the key is the element, an int, however the kernel wrote
+# the index (an int, a numpy integer, a 1-tuple); in other arrays it is the index as the kernel wrote it (a
+# tuple of ints). A 1-D array of up to FLAT_LIMIT elements keeps its last readers and writers in lists
+# indexed by the element, any other array in dicts.
+#
+# Every element access runs the accessors below, so their common case (an int index into a 1-D array of a
+# launch that checks races) is written out inline: list entries, no method calls, no frame unless a record
+# needs one. The general case (`_read_seen` / `_write_seen`) does the same checks for any table.
+
+FLAT_LIMIT = 1 << 22  # elements: a list entry (8 bytes) per element and launch; larger arrays keep dicts
+
 
 class _GlobalArray:
     """What one launch did to one global array."""
 
-    __slots__ = ("ary", "blocks", "writes", "reads", "earlier_reads", "rmw")
+    __slots__ = ("ary", "blocks", "flat", "lists", "size", "writes", "write_fences", "write_codes", "write_lastis",
+                 "reads", "earlier_reads", "rmw")
 
     def __init__(self, ary, blocks: bool):
         self.ary = ary                    # kept alive: its id is the key
         self.blocks = blocks              # the launch has several blocks: accesses between blocks are checked
-        self.writes: dict = {}            # idx -> (gt, block's fences then, code, lasti); several blocks only
-        self.reads: dict = {}             # idx -> gt of the last reader
+        self.size = n = ary.size
+        self.flat = ary.ndim == 1 and ary.dtype.names is None  # keys are elements (ints), however indexed
+        self.lists = self.flat and n <= FLAT_LIMIT              # tables are lists indexed by the element
+        # several blocks only: idx -> (gt, block's fences then, code, lasti); list tables keep the four in four
+        # lists (`writes` the gt), so that a write allocates nothing (a tuple per write is collected garbage)
+        self.writes = ([None] * n if blocks else None) if self.lists else {}
+        self.write_fences = self.write_codes = self.write_lastis = None
+        if self.lists and blocks:
+            self.write_fences, self.write_codes, self.write_lastis = [0] * n, [None] * n, [0] * n
+        self.reads = [None] * n if self.lists else {}   # idx -> gt of the last reader
         self.earlier_reads: dict = {}     # idx -> gt of a reader in an earlier block than the last reader's
         self.rmw: dict = {}               # idx -> (gt, barrier generation, code, lasti)
 
@@ -620,31 +642,152 @@ def _array_state(wrapper):
         if state is None:
             state = launch.arrays[id(ary)] = _GlobalArray(ary, len(launch.order.blocks) > 1)
     d["_g"] = state
+    # a launch of one block with list tables: a read's whole record is one list entry (the accessors' "_r")
+    d["_r"] = state.reads if state is not False and state.lists and not state.blocks else None
     launch.wrappers.append(wrapper)
     return state
+
+
+def _one_block_reads(wrapper):
+    """The list of last readers of the wrapper's array where the launch has one block and list tables, else
+    None (the accessors then read "_g")."""
+    _array_state(wrapper)
+    return wrapper.__dict__.get("_r")
+
+
+def _flat_key(idx, size: int):
+    """The element of a 1-D array of `size` elements that `idx` names, as an int, or None where it names no
+    single element (a slice, an index array, or an index numpy refuses)."""
+    if type(idx) is tuple and len(idx) == 1:
+        idx = idx[0]
+    try:
+        key = operator.index(idx)
+    except TypeError:
+        try:
+            key = np.arange(size)[idx]  # e.g. a[..., i]: an element as numpy reads the index
+        except (IndexError, TypeError, ValueError):
+            return None
+        if np.ndim(key):
+            return None
+        key = int(key)
+    return key if 0 <= key < size else None
+
+
+def _entry(table, key):
+    return table[key] if type(table) is list else table.get(key)
+
+
+def _last_write(g, idx):
+    """(gt, fences, code, lasti) of the last write to element `idx` (a table key) of `g`, or None."""
+    if not g.lists:
+        return g.writes.get(idx)
+    gt = g.writes[idx]
+    return None if gt is None else (gt, g.write_fences[idx], g.write_codes[idx], g.write_lastis[idx])
+
+
+def _note_write(g, idx, gt, fences, frame):
+    if not g.lists:
+        g.writes[idx] = (gt, fences, frame.f_code, frame.f_lasti)
+        return
+    g.writes[idx] = gt
+    g.write_fences[idx] = fences
+    g.write_codes[idx] = frame.f_code
+    g.write_lastis[idx] = frame.f_lasti
+
+
+def _read_seen(g, idx, t, frame):
+    """Note that thread `t` read element `idx` (a table key) of `g`; a read of what an earlier block wrote
+    is a race between blocks. `frame` is the accessor's caller."""
+    gt = t.gt
+    if g.blocks:
+        base = t._manager.base
+        w = _last_write(g, idx)
+        if w is not None and w[0] < base:  # written by an earlier block of this launch
+            _across_blocks(g, idx, w, t, "reads", frame)
+        reads = g.reads
+        r = _entry(reads, idx)
+        if r != gt:
+            if r is not None and r < base:
+                g.earlier_reads[idx] = r
+            reads[idx] = gt
+    else:
+        g.reads[idx] = gt
+
+
+def _write_seen(g, idx, t, old, value, frame):
+    """Note that thread `t` writes `value` over `old()` at element `idx` (a table key) of `g`: a write after
+    the same thread's read is a read-modify-write; one after another block's read, or over another block's
+    different value, a race between blocks."""
+    gt = t.gt
+    r = _entry(g.reads, idx)
+    if r == gt:
+        _read_modify_write(g, idx, t, frame)
+    if g.blocks:
+        m = t._manager
+        base = m.base
+        if r is not None and r < base:
+            _across_blocks(g, idx, (r, None, None, None), t, "writes", frame, first="read")
+        if g.earlier_reads:
+            r = g.earlier_reads.get(idx)
+            if r is not None:
+                _across_blocks(g, idx, (r, None, None, None), t, "writes", frame, first="read")
+        w = _last_write(g, idx)
+        if w is not None and w[0] < base and not _same_bits(old(), value):
+            _across_blocks(g, idx, w, t, "writes", frame)
+        _note_write(g, idx, gt, m.fences, frame)
 
 
 def _global_get(self, idx):
     d = self.__dict__
     if type(idx) is int and idx >= 0 and d["_1d"]:  # the common case: one element of a 1-D array
         value = d["_a"][idx]
-    else:  # the index check of lib.runtime.simulator's accessor
-        kind = type(idx)
-        if kind is int:
-            if idx < 0:
-                _reject_negative(idx)
-        elif kind is tuple:
-            try:
-                fine = min(idx) >= 0
-            except (TypeError, ValueError):
-                fine = False
-            if not fine:
-                _check_index(idx)
-        else:
+        t = _RUNNING[0]
+        if t is None:
+            return value
+        try:
+            reads = d["_r"]
+        except KeyError:
+            reads = _one_block_reads(self)
+            if "_g" not in d:  # outside a launch
+                return value
+        if reads is not None:  # one block: _read_seen is this line
+            reads[idx] = t.gt
+            return value
+        g = d["_g"]
+        if g is False:
+            return value
+        if not g.lists:
+            _read_seen(g, idx, t, sys._getframe(1))
+            return value
+        gt = t.gt  # _read_seen, written out for list tables of several blocks
+        base = t._manager.base
+        w = g.writes[idx]
+        if w is not None and w < base:  # written by an earlier block of this launch
+            _across_blocks(g, idx, _last_write(g, idx), t, "reads", sys._getframe(1))
+        reads = g.reads
+        r = reads[idx]
+        if r != gt:
+            if r is not None and r < base:
+                g.earlier_reads[idx] = r
+            reads[idx] = gt
+        return value
+    # the index check of lib.runtime.simulator's accessor
+    kind = type(idx)
+    if kind is int:
+        if idx < 0:
+            _reject_negative(idx)
+    elif kind is tuple:
+        try:
+            fine = min(idx) >= 0
+        except (TypeError, ValueError):
+            fine = False
+        if not fine:
             _check_index(idx)
-        value = d["_a"][idx]
-        if type(value) is np.ndarray or type(value) is np.void:  # a view: its own wrapper tracks its elements
-            return _wrap_view(self, value)
+    else:
+        _check_index(idx)
+    value = d["_a"][idx]
+    if type(value) is np.ndarray or type(value) is np.void:  # a view: its own wrapper tracks its elements
+        return _wrap_view(self, value)
     t = _RUNNING[0]
     if t is None:
         return value
@@ -653,64 +796,109 @@ def _global_get(self, idx):
         g = _array_state(self)
     if g is False:
         return value
-    gt = t.gt
-    if g.blocks:
-        base = t._manager.base
-        w = g.writes.get(idx)
-        if w is not None and w[0] < base:  # written by an earlier block of this launch
-            _across_blocks(g, idx, w, t, "reads", sys._getframe(1))
-        reads = g.reads
-        r = reads.get(idx)
-        if r != gt:
-            if r is not None and r < base:
-                g.earlier_reads[idx] = r
-            reads[idx] = gt
-    else:
-        g.reads[idx] = gt
+    if g.flat:
+        idx = _flat_key(idx, g.size)  # an element: numpy gave a scalar of a 1-D array
+        if idx is None:
+            raise SimulatorError(f"the debugger cannot tell which element {value!r} is (please report this)")
+    _read_seen(g, idx, t, sys._getframe(1))
     return value
 
 
 def _global_put(self, idx, value):
-    if type(idx) is not int or idx < 0:  # the index check of lib.runtime.simulator's accessor
-        kind = type(idx)
-        if kind is int:
-            _reject_negative(idx)
-        elif kind is tuple:
-            try:
-                fine = min(idx) >= 0
-            except (TypeError, ValueError):
-                fine = False
-            if not fine:
-                _check_index(idx)
-        else:
-            _check_index(idx)
     d = self.__dict__
+    if type(idx) is int and idx >= 0 and d["_1d"]:  # the common case: one element of a 1-D array
+        t = _RUNNING[0]
+        if t is not None:
+            try:
+                reads = d["_r"]
+            except KeyError:
+                reads = _one_block_reads(self)
+                if "_g" not in d:  # outside a launch
+                    d["_a"][idx] = value
+                    return
+            if reads is not None:  # one block: _write_seen is these lines
+                try:
+                    r = reads[idx]
+                except IndexError:  # past the end: numpy's IndexError below
+                    r = None
+                if r == t.gt:
+                    _read_modify_write(d["_g"], idx, t, sys._getframe(1))
+            else:
+                g = d["_g"]
+                if g is False:
+                    pass
+                elif not g.lists:
+                    a = d["_a"]
+                    _write_seen(g, idx, t, lambda: a[idx], value, sys._getframe(1))
+                elif idx < g.size:  # _write_seen, written out for list tables of several blocks (past the
+                    gt = t.gt       # end: numpy's IndexError below)
+                    r = g.reads[idx]
+                    if r == gt:
+                        _read_modify_write(g, idx, t, sys._getframe(1))
+                    m = t._manager
+                    base = m.base
+                    if r is not None and r < base:
+                        _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1),
+                                       first="read")
+                    if g.earlier_reads:
+                        r = g.earlier_reads.get(idx)
+                        if r is not None:
+                            _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1),
+                                           first="read")
+                    writes = g.writes
+                    w = writes[idx]
+                    if w is not None and w < base and not _same_bits(d["_a"][idx], value):
+                        _across_blocks(g, idx, _last_write(g, idx), t, "writes", sys._getframe(1))
+                    f = sys._getframe(1)  # _note_write, written out
+                    writes[idx] = gt
+                    g.write_fences[idx] = m.fences
+                    g.write_codes[idx] = f.f_code
+                    g.write_lastis[idx] = f.f_lasti
+        d["_a"][idx] = value
+        return
+    # the index check of lib.runtime.simulator's accessor
+    kind = type(idx)
+    if kind is int:
+        if idx < 0:
+            _reject_negative(idx)
+    elif kind is tuple:
+        try:
+            fine = min(idx) >= 0
+        except (TypeError, ValueError):
+            fine = False
+        if not fine:
+            _check_index(idx)
+    else:
+        _check_index(idx)
+    a = d["_a"]
     t = _RUNNING[0]
     if t is not None:
         g = d.get("_g")
         if g is None:
             g = _array_state(self)
         if g is not False:
-            gt = t.gt
-            r = g.reads.get(idx)
-            if r == gt:
-                _read_modify_write(g, idx, t, sys._getframe(1))
-            if g.blocks:
-                m = t._manager
-                base = m.base
-                if r is not None and r < base:
-                    _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1), first="read")
-                if g.earlier_reads:
-                    r = g.earlier_reads.get(idx)
-                    if r is not None:
-                        _across_blocks(g, idx, (r, None, None, None), t, "writes", sys._getframe(1),
-                                       first="read")
-                w = g.writes.get(idx)
-                if w is not None and w[0] < base and not _same_bits(d["_a"][idx], value):
-                    _across_blocks(g, idx, w, t, "writes", sys._getframe(1))
-                f = sys._getframe(1)
-                g.writes[idx] = (gt, m.fences, f.f_code, f.f_lasti)
-    d["_a"][idx] = value
+            frame = sys._getframe(1)
+            if not g.flat:
+                _write_seen(g, idx, t, lambda: a[idx], value, frame)
+            else:
+                key = _flat_key(idx, g.size)
+                if key is not None:
+                    _write_seen(g, key, t, lambda: a[key], value, frame)
+                else:  # a slice or an index array: each element it names (numpy raises for anything else)
+                    _write_elements(g, a, idx, value, t, frame)
+    a[idx] = value
+
+
+def _write_elements(g, a, idx, value, t, frame):
+    """A store through a slice or an index array into a 1-D array: every element it names, as a store of
+    its own (left to numpy's store, which raises, where numpy cannot index or broadcast)."""
+    try:
+        keys = np.arange(g.size)[idx]
+        values = np.broadcast_to(np.asarray(value, dtype=a.dtype), np.shape(keys))
+    except (IndexError, TypeError, ValueError):
+        return
+    for key, v in zip(np.ravel(keys).tolist(), np.ravel(values)):
+        _write_seen(g, key, t, lambda key=key: a[key], v, frame)
 
 
 def _wrap_view(wrapper, value):
