@@ -741,9 +741,9 @@ def ladder_table(df, size="8192x8192x8192", rungs=None):
     for kind, label in KIND_LABELS.items():
         base = values.get(BASELINES[kind].name)
         col = {}
-        for i, rung in enumerate(rungs or list(MAKERS)):
+        for rung in rungs or list(MAKERS):
             v = values.get(rung_name(rung, kind))
-            col[f"{i + 1} {rung}"] = "" if v is None or base is None else f"{v:.0f} ({v / base:.2f}×)"
+            col[f"{list(MAKERS).index(rung) + 1} {rung}"] = "" if v is None or base is None else f"{v:.0f} ({v / base:.2f}×)"
         col["cuBLAS"] = "" if base is None else f"{base:.0f}"
         if rungs is None:
             tri = values.get(triton_name(kind))
