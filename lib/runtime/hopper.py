@@ -756,20 +756,25 @@ def _simulator_twins():
 
 
 # --- the GPU intrinsics ----------------------------------------------------------------------------------
-def _gpu_intrinsics():
+def _asm_kit():
+    """The inline-PTX builders every set of GPU intrinsics here uses (llvmlite and numba imported on first use,
+    never on the simulator): asm, u32 (a value as a 32-bit register), array_address (a global array's data
+    pointer), simple (an intrinsic of one fixed instruction) and literal_op (one whose instruction takes a
+    compile-time integer)."""
     from llvmlite import ir
     from numba import types
-    from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-    void = ir.VoidType()
+    i64, void = ir.IntType(64), ir.VoidType()
 
     def asm(builder, ret, argtys, text, cons, args, name="asm"):
         return builder.asm(ir.FunctionType(ret, argtys), text, cons, args, True, name)
 
     def u32(context, builder, v, ty):
         return context.cast(builder, v, ty, types.uint32)
+
+    def array_address(context, builder, ty, value):
+        return builder.ptrtoint(context.make_array(ty)(context, builder, value=value).data, i64)
 
     def simple(text, name):
         @intrinsic
@@ -781,6 +786,34 @@ def _gpu_intrinsics():
         op.__name__ = name
         return op
 
+    def literal_op(text_of, name):
+        """An intrinsic of one argument that must be an integer literal; text_of(value) is its instruction."""
+        @intrinsic
+        def op(typingctx, n):
+            if not isinstance(n, types.IntegerLiteral):
+                return None
+            text = text_of(n.literal_value)
+
+            def codegen(context, builder, sig, args):
+                asm(builder, void, [], text, "~{memory}", [])
+                return context.get_dummy_value()
+            return types.void(n), codegen
+        op.__name__ = name
+        return op
+
+    return asm, u32, array_address, simple, literal_op
+
+
+def _gpu_intrinsics():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    void = ir.VoidType()
+    asm, u32, array_address, simple, literal_op = _asm_kit()
+
     @intrinsic
     def smem_u32(typingctx, arr):
         if not isinstance(arr, types.Array):
@@ -791,9 +824,6 @@ def _gpu_intrinsics():
             return asm(builder, i32, [i64], "{ .reg .u64 t; cvta.to.shared.u64 t, $1; cvt.u32.u64 $0, t; }",
                        "=r,l", [builder.ptrtoint(data, i64)])
         return types.uint32(arr), codegen
-
-    def array_address(context, builder, ty, value):
-        return builder.ptrtoint(context.make_array(ty)(context, builder, value=value).data, i64)
 
     @intrinsic
     def zeros_acc(typingctx, n):
@@ -874,28 +904,9 @@ def _gpu_intrinsics():
         wgmma.__name__ = wgmma_name(n, kind)
         return wgmma
 
-    @intrinsic
-    def wgmma_wait(typingctx, n):
-        if not isinstance(n, types.IntegerLiteral):
-            return None
-
-        def codegen(context, builder, sig, args):
-            asm(builder, void, [], f"wgmma.wait_group.sync.aligned {n.literal_value};", "~{memory}", [])
-            return context.get_dummy_value()
-        return types.void(n), codegen
-
     def setmaxnreg(inc: bool):
-        @intrinsic
-        def op(typingctx, count):
-            if not isinstance(count, types.IntegerLiteral):
-                return None
-            text = f"setmaxnreg.{'inc' if inc else 'dec'}.sync.aligned.u32 {count.literal_value};"
-
-            def codegen(context, builder, sig, args):
-                asm(builder, void, [], text, "~{memory}", [])
-                return context.get_dummy_value()
-            return types.void(count), codegen
-        return op
+        how = "inc" if inc else "dec"
+        return literal_op(lambda count: f"setmaxnreg.{how}.sync.aligned.u32 {count};", f"setmaxnreg_{how}")
 
     @intrinsic
     def mbar_init(typingctx, bar, count):
@@ -969,7 +980,8 @@ def _gpu_intrinsics():
     out = dict(
         smem_u32=smem_u32, zeros_acc=zeros_acc, store_acc=store_acc,
         wgmma_fence=simple("wgmma.fence.sync.aligned;", "wgmma_fence"),
-        wgmma_commit=simple("wgmma.commit_group.sync.aligned;", "wgmma_commit"), wgmma_wait=wgmma_wait,
+        wgmma_commit=simple("wgmma.commit_group.sync.aligned;", "wgmma_commit"),
+        wgmma_wait=literal_op(lambda n: f"wgmma.wait_group.sync.aligned {n};", "wgmma_wait"),
         fence_proxy_async=simple("fence.proxy.async.shared::cta;", "fence_proxy_async"),
         fence_mbarrier_init=simple("fence.mbarrier_init.release.cluster;", "fence_mbarrier_init"),
         tmap_acquire=tmap_acquire, mbar_init=mbar_init, mbar_arrive=mbar_arrive,
@@ -1434,12 +1446,7 @@ def _cluster_intrinsics():
 
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     void = ir.VoidType()
-
-    def asm(builder, ret, argtys, text, cons, args, name="asm"):
-        return builder.asm(ir.FunctionType(ret, argtys), text, cons, args, True, name)
-
-    def u32(context, builder, v, ty):
-        return context.cast(builder, v, ty, types.uint32)
+    asm, u32, array_address, simple, literal_op = _asm_kit()
 
     def sreg(reg, name):
         @intrinsic
@@ -1449,19 +1456,6 @@ def _cluster_intrinsics():
             return types.uint32(), codegen
         op.__name__ = name
         return op
-
-    def simple(text, name):
-        @intrinsic
-        def op(typingctx):
-            def codegen(context, builder, sig, args):
-                asm(builder, void, [], text, "~{memory}", [])
-                return context.get_dummy_value()
-            return types.void(), codegen
-        op.__name__ = name
-        return op
-
-    def array_address(context, builder, ty, value):
-        return builder.ptrtoint(context.make_array(ty)(context, builder, value=value).data, i64)
 
     @intrinsic
     def mapa(typingctx, addr, rank):
@@ -1526,17 +1520,8 @@ def _cluster_intrinsics():
         return types.void(tmap, c0, c1, src), codegen
 
     def bulk_wait(read: bool):
-        @intrinsic
-        def op(typingctx, n):
-            if not isinstance(n, types.IntegerLiteral):
-                return None
-            text = f"cp.async.bulk.wait_group{'.read' if read else ''} {n.literal_value};"
-
-            def codegen(context, builder, sig, args):
-                asm(builder, void, [], text, "~{memory}", [])
-                return context.get_dummy_value()
-            return types.void(n), codegen
-        return op
+        suffix = ".read" if read else ""
+        return literal_op(lambda n: f"cp.async.bulk.wait_group{suffix} {n};", f"bulk_wait_group{suffix.replace('.', '_')}")
 
     @intrinsic
     def stage_acc_128b(typingctx, box, acc, chunk, tid):
