@@ -117,19 +117,24 @@ def _zeta_minus_one(k: int, n: int = 100) -> float:
     """ζ(k) - 1 = Σ_{m>=2} m^-k, the first n - 2 terms summed and the rest by Euler-Maclaurin."""
     head = math.fsum(m ** -k for m in range(n - 1, 1, -1))
     tail = (n ** (1 - k) / (k - 1) + 0.5 * n ** -k + k * n ** (-k - 1) / 12
-            - k * (k + 1) * (k + 2) * n ** (-k - 3) / 720 + k * (k + 1) * (k + 2) * (k + 3) * (k + 4) * n ** (-k - 5) / 30240)
+            - k * (k + 1) * (k + 2) * n ** (-k - 3) / 720
+            + k * (k + 1) * (k + 2) * (k + 3) * (k + 4) * n ** (-k - 5) / 30240)
     return head + tail
 
 
-_ZETA1 = [0.0, 0.0] + [_zeta_minus_one(k) for k in range(2, 64)]   # ζ(k) - 1 for k = 2..63
+_ZETA1 = [_zeta_minus_one(k) for k in range(2, 64)]   # ζ(k) - 1 for k = 2..63
+# the series' coefficients (-1)^k c_k / k, k = 63 down to 2 (the order Horner's rule takes them), c_k = ζ(k) about
+# 1 and ζ(k) - 1 about 2
+_LGAMMA_ABOUT = {two: tuple((-1.0) ** k * (z1 if two else z1 + 1.0) / k
+                            for k, z1 in reversed(list(enumerate(_ZETA1, 2))))
+                 for two in (False, True)}
 
 
 def _lgamma_series(z: float, about_two: bool) -> float:
     total = 0.0
-    for k in range(63, 1, -1):  # smallest terms first
-        c = _ZETA1[k] if about_two else _ZETA1[k] + 1.0
-        total += (-1.0) ** k * c * z ** k / k
-    return total + ((1.0 - _EULER_GAMMA) if about_two else -_EULER_GAMMA) * z
+    for c in _LGAMMA_ABOUT[about_two]:  # Σ_{k>=2} c z^k by Horner's rule, the smallest terms first
+        total = total * z + c
+    return total * z * z + ((1.0 - _EULER_GAMMA) if about_two else -_EULER_GAMMA) * z
 
 
 def _lgamma(x):
