@@ -449,26 +449,33 @@ def _sdpa_alone(kind, causal):
     return run
 
 
-def _check(kind, d, causal, rung, rng):
-    """Raise unless the rung (or, rung None, SDPA) matches float64 at CHECK_SIZE."""
-    import torch
-
+def _checked(kind, d, causal, label, run, rng):
+    """Raise unless run(q, k, v) (host inputs at CHECK_SIZE in, a float array out) matches float64 within the
+    rungs' tolerance; `label` names what ran in the message."""
     from lib.grading.check import compare
 
     heads, n = CHECK_SIZE
     q, k, v = flash_tc.make_inputs(kind)((heads, n, d), rng)
     expected = flash_tc.reference(kind, causal)(q, k, v)
     tol = flash_tc.tolerance(kind, causal)(q, k, v, expected)
-    if rung is None:
-        got = _sdpa_alone(kind, causal)(*(torch.as_tensor(x, device="cuda") for x in (q, k, v))).float().cpu().numpy()
-        name = _sdpa_name(kind, causal)
-    else:
+    bad = compare(run(q, k, v), expected, tol.rtol, tol.atol, tol.scale)
+    if bad is not None:
+        raise AssertionError(f"{label} failed its float64 check, not timed: {bad.describe()}")
+
+
+def _check(kind, d, causal, rung, rng):
+    """Raise unless the rung (or, rung None, SDPA) matches float64 at CHECK_SIZE."""
+    import torch
+
+    def run(q, k, v):
+        if rung is None:
+            return _sdpa_alone(kind, causal)(*(torch.as_tensor(x, device="cuda") for x in (q, k, v))).float().cpu().numpy()
         out = cuda.to_device(np.full(q.shape, np.nan, np.float32))
         flash3(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out, kind, causal, rung)
-        got, name = out.copy_to_host(), rung_name(rung, kind, causal)
-    bad = compare(got, expected, tol.rtol, tol.atol, tol.scale)
-    if bad is not None:
-        raise AssertionError(f"{name} d={d} failed its float64 check, not timed: {bad.describe()}")
+        return out.copy_to_host()
+
+    name = _sdpa_name(kind, causal) if rung is None else rung_name(rung, kind, causal)
+    _checked(kind, d, causal, f"{name} d={d}", run, rng)
 
 
 def _triton_check(kind, d, causal, warp_specialize, config, rng):
@@ -476,21 +483,16 @@ def _triton_check(kind, d, causal, warp_specialize, config, rng):
     CHECK_SIZE within the rungs' tolerance."""
     import torch
 
-    from lib.grading.check import compare
-
-    heads, n = CHECK_SIZE
-    q, k, v = flash_tc.make_inputs(kind)((heads, n, d), rng)
-    expected = flash_tc.reference(kind, causal)(q, k, v)
-    tol = flash_tc.tolerance(kind, causal)(q, k, v, expected)
     dtype = torch.float16 if kind == "fp16" else torch.bfloat16
-    t = [torch.as_tensor(x, device="cuda").view(dtype).unsqueeze(0) for x in (q, k, v)]
-    out = torch.full_like(t[0], float("nan"))
-    triton_baselines.attention(*t, out, causal, warp_specialize, config=config)
-    bad = compare(out[0].float().cpu().numpy(), expected, tol.rtol, tol.atol, tol.scale)
-    if bad is not None:
-        name = triton_baselines.attention_name(kind, causal, warp_specialize)
-        raise AssertionError(f"{name} d={d} ({triton_baselines.describe(config)}) failed its float64 check, "
-                             f"not timed: {bad.describe()}")
+
+    def run(q, k, v):
+        t = [torch.as_tensor(x, device="cuda").view(dtype).unsqueeze(0) for x in (q, k, v)]
+        out = torch.full_like(t[0], float("nan"))
+        triton_baselines.attention(*t, out, causal, warp_specialize, config=config)
+        return out[0].float().cpu().numpy()
+
+    name = triton_baselines.attention_name(kind, causal, warp_specialize)
+    _checked(kind, d, causal, f"{name} d={d} ({triton_baselines.describe(config)})", run, rng)
 
 
 def triton_variants(causal: bool) -> list[bool]:

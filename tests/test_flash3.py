@@ -232,3 +232,19 @@ def test_bad_inputs_are_named(shape, d, match):
     out = cuda.to_device(np.zeros(shape, np.float32))
     with pytest.raises((ValueError, TypeError), match=match):
         F.flash3(q, q, q, out, "fp16")
+
+
+def test_the_recording_check_passes_the_float64_answer_and_names_a_wrong_one(monkeypatch):
+    """kernels.flash3._checked, the float64 check every rung, SDPA and Triton pass before they are timed."""
+    from kernels import flash3 as F, flash_tc
+
+    monkeypatch.setattr(F, "CHECK_SIZE", (1, 128))
+    right = lambda q, k, v: flash_tc.reference("fp16", False)(q, k, v)  # noqa: E731
+    F._checked("fp16", 64, False, "right d=64", right, np.random.default_rng(0))
+
+    def wrong(q, k, v):
+        out = right(q, k, v).copy()
+        out[0, 5, 3] *= 1.01
+        return out
+    with pytest.raises(AssertionError, match="wrong d=64 failed its float64 check, not timed"):
+        F._checked("fp16", 64, False, "wrong d=64", wrong, np.random.default_rng(0))
