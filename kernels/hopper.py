@@ -282,9 +282,14 @@ STAGING_BYTES = 8 * 2 * STORE_BOX_BYTES      # two boxes per consumer warp: one 
 EPILOGUE_SMEM_BYTES = SMEM_BYTES + STAGING_BYTES
 
 
-def make_epilogue_kernel(kind: str, cluster: int = 1):
+def make_epilogue_kernel(kind: str, cluster: int = 1, arrive_scope: str = "cta"):
     """Rung 5 (cluster = 1) and rung 6 (cluster = 2: two blocks of a cluster share the B tile, each loads
-    half of it and multicasts it to both)."""
+    half of it and multicasts it to both). arrive_scope "cluster" makes the consumers' remote arrivals
+    .release.cluster instead of PTX's default (.release.cta): the first version of rung 6, kept to be
+    profiled beside it (each such arrival costs a MEMBAR)."""
+    if arrive_scope not in ("cta", "cluster"):
+        raise ValueError(f"arrive_scope must be 'cta' or 'cluster', got {arrive_scope!r}")
+    CTA_SCOPE = arrive_scope == "cta"
     k_elems = tile_k(kind)
     mma_stage = _mma_stage(kind)
     bounds = {} if lib.SIMULATOR else {"launch_bounds": (384, 1)}
@@ -300,7 +305,10 @@ def make_epilogue_kernel(kind: str, cluster: int = 1):
             hopper.mbar_arrive(empty + 8 * slot)
         else:
             for r in range(CL):
-                hopper.mbar_arrive_cluster(hopper.mapa(empty + 8 * slot, r))
+                if CTA_SCOPE:
+                    hopper.mbar_arrive_cluster(hopper.mapa(empty + 8 * slot, r))
+                else:
+                    hopper.mbar_arrive_cluster_release_cluster(hopper.mapa(empty + 8 * slot, r))
 
     @cuda.jit(device=True)
     def issue_stage_shared(tma_a, tma_b, ring, full, slot, kt, m0, n0, rank):
@@ -418,20 +426,24 @@ MAKERS = {"tma_pipeline": make_tma_pipeline_kernel, "warp_specialized": make_war
           "mma_in_flight": lambda kind: make_warp_specialized_kernel(kind, mma_in_flight=True),
           "persistent": make_persistent_kernel, "tma_store": make_epilogue_kernel,
           "cluster": lambda kind: make_epilogue_kernel(kind, cluster=2)}
-PERSISTENT = {"persistent", "tma_store", "cluster"}
-TMA_STORE = {"tma_store", "cluster"}         # rungs whose C leaves through a TMA tensor map
-CLUSTER = {"cluster": 2}                     # rungs launched in clusters of that many blocks (along M)
+# Not a rung of the ladder: rung 6 as first written, profiled beside it (record_extra) to show what a
+# cluster-scope release on every arrival costs.
+PROFILE_ONLY = {"cluster_release_cluster": lambda kind: make_epilogue_kernel(kind, cluster=2, arrive_scope="cluster")}
+PERSISTENT = {"persistent", "tma_store", "cluster", "cluster_release_cluster"}
+TMA_STORE = {"tma_store", "cluster", "cluster_release_cluster"}   # rungs whose C leaves through a TMA tensor map
+CLUSTER = {"cluster": 2, "cluster_release_cluster": 2}             # launched in clusters of that many blocks (along M)
 _KERNELS: dict = {}
 
 
 def kernel(rung: str, kind: str):
     """(compiled kernel, threads per block) of a rung for an input kind (built once)."""
-    if rung not in MAKERS:
-        raise ValueError(f"rung must be one of {sorted(MAKERS)}, got {rung!r}")
+    makers = {**MAKERS, **PROFILE_ONLY}
+    if rung not in makers:
+        raise ValueError(f"rung must be one of {sorted(makers)}, got {rung!r}")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if (rung, kind) not in _KERNELS:
-        _KERNELS[(rung, kind)] = MAKERS[rung](kind)
+        _KERNELS[(rung, kind)] = makers[rung](kind)
     return _KERNELS[(rung, kind)]
 
 
@@ -549,7 +561,8 @@ RUNG_NOTES = {"tma_pipeline": "TMA + mbarrier ring, 4 stages, 2 warpgroups",
               "mma_in_flight": "+ wgmma_wait(1): one MMA batch stays in flight",
               "persistent": "warp_specialized, one block per SM over all tiles",
               "tma_store": "+ C through shared memory by TMA stores, overlapped",
-              "cluster": "+ clusters of 2 along M, B tile multicast to both"}
+              "cluster": "+ clusters of 2 along M, B tile multicast to both",
+              "cluster_release_cluster": "cluster, its remote arrivals .release.cluster (profiled only)"}
 
 
 def rung_name(rung: str, kind: str) -> str:
@@ -660,8 +673,9 @@ def kernel_resources() -> list[dict]:
 
 
 def profiled() -> list[tuple[str, object, bool]]:
-    """(name, run, is_torch) of what ncu profiles: every FP16 rung and cuBLAS."""
-    return [(rung_name(r, "f16"), lambda a, b, c, r=r: launch(r, "f16", a, b, c), False) for r in MAKERS] + \
+    """(name, run, is_torch) of what ncu profiles: every FP16 rung, rung 6 as first written, and cuBLAS."""
+    return [(rung_name(r, "f16"), lambda a, b, c, r=r: launch(r, "f16", a, b, c), False)
+            for r in [*MAKERS, *PROFILE_ONLY]] + \
         [(BASELINES["f16"].name, BASELINES["f16"].run, True)]
 
 
@@ -808,5 +822,5 @@ def ncu_table(folder=None):
         rows[rung.removeprefix("gemm_").removesuffix("_f16")] = {
             "tensor pipe %": round(pipe, 1), "µs": round(r["gpu__time_duration.sum"] / 1e3, 1),
             "top stalls": ", ".join(f"{k} {v:.1f}" for k, v in top)}
-    order = [r for r in MAKERS] + [BASELINES["f16"].name]
+    order = [*MAKERS, *PROFILE_ONLY, BASELINES["f16"].name]
     return pd.DataFrame(rows).T.reindex([o for o in order if o in rows])

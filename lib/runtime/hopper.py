@@ -1479,13 +1479,22 @@ def _cluster_intrinsics():
             return context.get_dummy_value()
         return types.void(caddr, value), codegen
 
-    @intrinsic
-    def mbar_arrive_cluster(typingctx, caddr):
-        def codegen(context, builder, sig, args):
-            asm(builder, void, [i32], "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];",
-                "r,~{memory}", [u32(context, builder, args[0], sig.args[0])])
-            return context.get_dummy_value()
-        return types.void(caddr), codegen
+    def remote_arrive(ptx, name):
+        @intrinsic
+        def op(typingctx, caddr):
+            def codegen(context, builder, sig, args):
+                asm(builder, void, [i32], ptx, "r,~{memory}", [u32(context, builder, args[0], sig.args[0])])
+                return context.get_dummy_value()
+            return types.void(caddr), codegen
+        op.__name__ = name
+        return op
+
+    # PTX's defaults (.release, .cta scope), as CUTLASS's ClusterBarrier::arrive(cta_id, pred): ptxas emits no
+    # MEMBAR for it. The .release.cluster form orders every earlier memory access of the thread at cluster
+    # scope, a MEMBAR on each arrival: Nsight Compute's 'membar' stall on the H200 (see chapters/hopper.md).
+    mbar_arrive_cluster = remote_arrive("mbarrier.arrive.shared::cluster.b64 _, [$0];", "mbar_arrive_cluster")
+    mbar_arrive_cluster_release_cluster = remote_arrive(
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "mbar_arrive_cluster_release_cluster")
 
     @intrinsic
     def tma_load_2d_multicast(typingctx, dst, tmap, c0, c1, bar, cta_mask):
@@ -1568,8 +1577,8 @@ def _cluster_intrinsics():
         cluster_sync=simple("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;",
                             "cluster_sync"),
         mapa=mapa, ld_cluster_u32=ld_cluster_u32, st_cluster_u32=st_cluster_u32,
-        mbar_arrive_cluster=mbar_arrive_cluster, tma_load_2d_multicast=tma_load_2d_multicast,
-        tma_store_2d=tma_store_2d, bulk_commit_group=simple("cp.async.bulk.commit_group;", "bulk_commit_group"),
+        mbar_arrive_cluster=mbar_arrive_cluster, mbar_arrive_cluster_release_cluster=mbar_arrive_cluster_release_cluster,
+        tma_load_2d_multicast=tma_load_2d_multicast, tma_store_2d=tma_store_2d, bulk_commit_group=simple("cp.async.bulk.commit_group;", "bulk_commit_group"),
         bulk_wait_group=bulk_wait(False), bulk_wait_group_read=bulk_wait(True), stage_acc_128b=stage_acc_128b)
 
 
@@ -1837,7 +1846,8 @@ def _cluster_twins():
         clusterid_x=_clusterid_x_twin, nclusterid_x=_nclusterid_x_twin,
         cluster_arrive=_cluster_arrive_twin, cluster_wait=_cluster_wait_twin, cluster_sync=_cluster_sync_twin,
         mapa=_mapa_twin, ld_cluster_u32=_ld_cluster_u32_twin, st_cluster_u32=_st_cluster_u32_twin,
-        mbar_arrive_cluster=_mbar_arrive_cluster_twin, tma_load_2d_multicast=_tma_load_2d_multicast_twin,
+        mbar_arrive_cluster=_mbar_arrive_cluster_twin, mbar_arrive_cluster_release_cluster=_mbar_arrive_cluster_twin,
+        tma_load_2d_multicast=_tma_load_2d_multicast_twin,
         tma_store_2d=_tma_store_2d_twin, bulk_commit_group=_bulk_commit_group_twin,
         bulk_wait_group=_bulk_wait_twin("bulk_wait_group"), bulk_wait_group_read=_bulk_wait_twin("bulk_wait_group_read"),
         stage_acc_128b=_stage_acc_128b_twin)
