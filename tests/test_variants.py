@@ -278,3 +278,53 @@ def test_variant_fails_on_the_gpu(ex_id, name):
         f"{name} was named {named}"
     if (ex_id, name) not in SIMULATOR_ONLY_MODELS:
         assert any(name in m.split(" or ") for m in named), f"{name} was not named:\n{report}"
+
+
+# --- models at the GPU's sizes: float32 rounding the simulator's small cases never reach (H200, 2026-12-02) ---
+def test_exp_overflow_models_take_float32s_boundary_for_what_it_is():
+    """float32 exp overflows from 88.72283935546875 on (the float32 nearest log(FLT_MAX), just above it): a
+    model that took that value for finite said 0 where the GPU's softmax gave inf / inf = NaN, and was ruled
+    out of a 4096 × 4099 case on the H200 (two inputs were exactly that value)."""
+    from lib.grading.variants._common import EXP_OVERFLOW
+    from lib.grading.variants.softmax import _log_softmax_no_max, _no_max
+
+    edge = np.float32(88.72283935546875)
+    xs = [np.nextafter(edge, np.float32(0)), edge, np.nextafter(edge, np.float32(100))]
+    for v in xs:
+        x = np.array([[v, 0.0, -3.0]], np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e32 = np.exp(x)                        # float32 arithmetic, as the kernel's
+            want = e32 / e32.sum(axis=1, keepdims=True)
+        got = _no_max(x, [])
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.allclose(got[~np.isnan(got)], want[~np.isnan(want)]), \
+            (float(v), got, want)
+        assert np.isneginf(_log_softmax_no_max(x, [])).all() == bool(np.isinf(e32).any()), float(v)
+    assert np.isinf(np.exp(edge)) and float(edge) > EXP_OVERFLOW
+
+
+def test_a_mistake_is_recognised_through_the_rounding_of_its_own_values():
+    """'M and L swapped' puts a sum of exponentials (~300) where the reference has a maximum near 0: the
+    float32 kernel's rounding of that sum is far outside rtol·|M| but well inside rtol·|L|. Judged against the
+    reference's magnitude only, the model was ruled out of a 65536 × 64 case on the H200."""
+    from lib.grading.grader.cases import Case, Execution, REPRODUCES, model_verdicts
+
+    ex = EXERCISES["online_merge"]
+    rng = np.random.default_rng(0)
+    rows, tiles = 256, 64
+    m = rng.uniform(-0.02, 0.02, (rows, tiles)).astype(np.float32)
+    l = rng.uniform(3.0, 6.0, (rows, tiles)).astype(np.float32)
+    big = np.full(rows, -np.inf, np.float32)     # the kernel's loop, in float32, vectorised over the rows
+    total = np.zeros(rows, np.float32)
+    with np.errstate(invalid="ignore"):
+        for t in range(tiles):
+            new = np.maximum(big, m[:, t])
+            total = total * np.exp(big - new) + l[:, t] * np.exp(m[:, t] - new)
+            big = new
+    out = np.stack([total, big], axis=1).astype(np.float32)      # the columns swapped
+    expected = np.asarray(ex.reference(m, l), np.float64)
+    case = Case(ex.id, (rows, tiles), (m, l), expected, tuple(ex.out_shape(m, l)))
+    tol = ex.tolerance(m, l, expected, launch=None)
+    assert compare(out[:, 0], expected[:, 1], tol.rtol, tol.atol, np.abs(expected[:, 0])) is not None, \
+        "the inputs no longer show the rounding this test is about"
+    verdicts = model_verdicts(ex, case, Execution("ran", outputs=[out], fills=[math.nan]), tol)
+    assert verdicts.get("M and L swapped") == REPRODUCES, verdicts
