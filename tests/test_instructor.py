@@ -87,7 +87,9 @@ def graded(tmp_path_factory):
 @needs_sandbox
 @pytest.mark.parametrize("student,passed,status,words", [
     ("alice", True, "passed", ""),                                    # correct
-    ("bob", False, "error", "grid values must be >= 1"),              # blocks rounded down: 0 blocks at n=1
+    # blocks rounded down: 0 blocks at the simulator's n = 1; on a GPU the planner starts at n = 1000,
+    # where 3 blocks of 256 leave the last 232 elements unwritten (the H200, 2026-12-02)
+    ("bob", False, *(("error", "grid values must be >= 1") if lib.SIMULATOR else ("failed", "elements wrong"))),
     ("carol", False, "not attempted yet", "write vector_add"),        # the stub
     ("dave", False, "not graded", "never called grade('vector_add'); code cell 2 raised SyntaxError"),
     ("erin", False, "error", "NameError: name 'fast_add'"),           # import failed, then used
@@ -154,8 +156,9 @@ def test_odd_entries_each_get_a_row_that_says_what_they_are(graded):
     rows, stdout, _, _ = graded
     assert rows["'=cmd"]["passed"] == "True"                     # neutralised, graded
     assert rows["bad\ufffdname"]["passed"] == "True"
-    assert rows["shout"]["status"] == "error"                    # .IPYNB is a notebook (bob's)
-    assert rows["dup.ipynb"]["status"] == "error" and rows["dup.md"]["status"] == "passed"  # bob's 0 blocks
+    bob = "error" if lib.SIMULATOR else "failed"                 # bob's rounded-down grid (see above)
+    assert rows["shout"]["status"] == bob                        # .IPYNB is a notebook (bob's)
+    assert rows["dup.ipynb"]["status"] == bob and rows["dup.md"]["status"] == "passed"
     for student, words in [("folder", "a folder"), ("gone", "symbolic link"), ("link", "symbolic link"),
                            ("pipe", "not a regular file"), ("notes", "not a notebook")]:
         assert rows[student]["status"] == "not graded" and words in rows[student]["first_failure"], rows[student]

@@ -35,6 +35,13 @@ ODD_NAMES = [b"v_victim.md", b"v_victim.ipynb", b"v_victim.md.md", b"u\xff.md", 
 HIDDEN_ODD = b".\x1b]0;pwned\x07.md"
 
 
+def _other_paths() -> list[str]:
+    """PYTHONPATH's entries other than the checkout: where a machine keeps the book's dependencies (the H200's
+    wheels are installed into a folder on PYTHONPATH), kept for the grader's processes."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != Path(lib.ROOT).resolve()]
+
+
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     """One run over the hostile notebooks, alice (honest) and the odd names, started from the folder that holds
@@ -51,7 +58,7 @@ def hostile(tmp_path_factory):
         Path(os.fsdecode(os.fsencode(subs) + b"/" + name)).write_bytes(bob if name.endswith(b".ipynb") else alice)
     out = course / "report" / "report.csv"
     (course / "tmp").mkdir()   # the run's scratch folder goes here, to be checked for leftovers
-    env = dict(os.environ, PYTHONPATH=str(lib.ROOT), TMPDIR=str(course / "tmp"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(lib.ROOT), *_other_paths()]), TMPDIR=str(course / "tmp"))
     proc = subprocess.run([sys.executable, "-m", "lib.grading.grader", "subs", "--out", "report/report.csv",
                            "--timeout", str(LIMIT_S), "--jobs", "2", "--secret-seed", SECRET,
                            "--notebook-memory", NOTEBOOK_MEMORY],
@@ -395,7 +402,7 @@ def test_the_graders_copy_of_the_book_leaves_out_every_answer(tmp_path):
             "            except RuntimeError as exc:\n                said.append(str(exc))\n"
             "        found[path + ':' + name] = said\n"
             "print(json.dumps(found))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=book, env={"PYTHONPATH": str(book), "PATH": "/usr/bin:/bin",
+    proc = subprocess.run([sys.executable, "-c", code], cwd=book, env={"PYTHONPATH": os.pathsep.join([str(book), *_other_paths()]), "PATH": "/usr/bin:/bin",
                           "NUMBA_ENABLE_CUDASIM": "1"}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
