@@ -653,9 +653,13 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             if model_bad is None:
                 continue
             # the output's own rounding scales with the values the mistake puts there (M and L swapped puts
-            # a sum of exponentials where the reference has a maximum near 0): bound it by both magnitudes
-            with np.errstate(invalid="ignore"):
-                own_scale = np.fmax(scale, np.where(np.isfinite(model), np.abs(model), 0.0))
+            # a sum of exponentials where the reference has a maximum near 0): the check's bound grows by the
+            # ratio of the model's magnitude to the reference's, never shrinks. A ratio, not |model| itself:
+            # a bound given as rtol = 1 × an absolute scale (max_row_sum's) would otherwise admit anything
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ref = np.abs(case.expected)
+                grow = np.where(np.isfinite(model) & np.isfinite(ref) & (ref > 0), np.abs(model) / ref, 1.0)
+                own_scale = scale * np.fmax(grow, 1.0)
             if compare(actual, model, tol.rtol, tol.atol, own_scale) is None:
                 verdicts.append(REPRODUCES)
             elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask) and _near(
