@@ -653,13 +653,18 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             if model_bad is None:
                 continue
             # the output's own rounding scales with the values the mistake puts there (M and L swapped puts
-            # a sum of exponentials where the reference has a maximum near 0): the check's bound grows by the
-            # ratio of the model's magnitude to the reference's, never shrinks. A ratio, not |model| itself:
-            # a bound given as rtol = 1 × an absolute scale (max_row_sum's) would otherwise admit anything
+            # a sum of exponentials where the reference has a maximum near 0): a relative bound is taken of
+            # both magnitudes; a bound given as an absolute scale (rtol = 1 × max_row_sum's rounding bound)
+            # grows by the ratio of the model's magnitude to the reference's. Never |model| itself there: with
+            # rtol = 1 it would admit any output
             with np.errstate(invalid="ignore", divide="ignore"):
-                ref = np.abs(case.expected)
-                grow = np.where(np.isfinite(model) & np.isfinite(ref) & (ref > 0), np.abs(model) / ref, 1.0)
-                own_scale = scale * np.fmax(grow, 1.0)
+                size = np.where(np.isfinite(model), np.abs(model), 0.0)
+                ref = np.abs(np.asarray(case.expected, np.float64))
+                if tol.scale is None:
+                    own_scale = np.fmax(scale, size)
+                else:
+                    grow = np.where(np.isfinite(ref) & (ref > 0), size / ref, 1.0)
+                    own_scale = scale * np.fmax(grow, 1.0)
             if compare(actual, model, tol.rtol, tol.atol, own_scale) is None:
                 verdicts.append(REPRODUCES)
             elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask) and _near(
