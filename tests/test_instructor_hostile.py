@@ -402,8 +402,9 @@ def test_the_graders_copy_of_the_book_leaves_out_every_answer(tmp_path):
             "            except RuntimeError as exc:\n                said.append(str(exc))\n"
             "        found[path + ':' + name] = said\n"
             "print(json.dumps(found))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=book, env={"PYTHONPATH": os.pathsep.join([str(book), *_other_paths()]), "PATH": "/usr/bin:/bin",
-                          "NUMBA_ENABLE_CUDASIM": "1"}, capture_output=True, text=True, timeout=300)
+    env = {"PYTHONPATH": os.pathsep.join([str(book), *_other_paths()]), "PATH": "/usr/bin:/bin",
+           "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=book, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(found) == sum(len(v) for v in edition.ANSWERS.values())

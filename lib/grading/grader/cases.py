@@ -633,7 +633,8 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
     declines (None), or that is right on these inputs (it equals the reference: it tells nothing), is left
     out. A mistake is named on a case where it REPRODUCES, and only if no size checked DIFFERS
     (lib.grading.grader.report.verdict)."""
-    scale = np.abs(case.expected) if tol.scale is None else tol.scale  # the check's own bound
+    ref = np.abs(np.asarray(case.expected, np.float64))
+    scale = ref if tol.scale is None else tol.scale  # the check's own bound
     actual_bad = [compare(actual, case.expected, tol.rtol, tol.atol, scale) for actual in execution.outputs]
     found = {}
     for v in variants(ex.id):
@@ -652,20 +653,7 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             model_bad = compare(model, case.expected, tol.rtol, tol.atol, scale)
             if model_bad is None:
                 continue
-            # the output's own rounding scales with the values the mistake puts there (M and L swapped puts
-            # a sum of exponentials where the reference has a maximum near 0): a relative bound is taken of
-            # both magnitudes; a bound given as an absolute scale (rtol = 1 × max_row_sum's rounding bound)
-            # grows by the ratio of the model's magnitude to the reference's. Never |model| itself there: with
-            # rtol = 1 it would admit any output
-            with np.errstate(invalid="ignore", divide="ignore"):
-                size = np.where(np.isfinite(model), np.abs(model), 0.0)
-                ref = np.abs(np.asarray(case.expected, np.float64))
-                if tol.scale is None:
-                    own_scale = np.fmax(scale, size)
-                else:
-                    grow = np.where(np.isfinite(ref) & (ref > 0), size / ref, 1.0)
-                    own_scale = scale * np.fmax(grow, 1.0)
-            if compare(actual, model, tol.rtol, tol.atol, own_scale) is None:
+            if compare(actual, model, tol.rtol, tol.atol, _own_scale(model, ref, scale, tol.scale is None)) is None:
                 verdicts.append(REPRODUCES)
             elif bad is not None and np.array_equal(bad.wrong_mask, model_bad.wrong_mask) and _near(
                     actual, model, case.expected, bad.wrong_mask):
@@ -676,6 +664,19 @@ def model_verdicts(ex: Exercise, case: Case, execution: Execution, tol) -> dict[
             found[v.name] = (DIFFERS if DIFFERS in verdicts else SAME_ELEMENTS if SAME_ELEMENTS in verdicts
                              else REPRODUCES)
     return found
+
+
+def _own_scale(model, ref, scale, relative: bool):
+    """The check's bound for an output judged against a model: its rounding scales with the values the mistake
+    puts there (M and L swapped puts a sum of exponentials where the reference `ref` has a maximum near 0). A
+    relative bound is taken of both magnitudes; a bound given as an absolute scale (rtol = 1 × max_row_sum's
+    rounding bound) grows by the ratio of the model's magnitude to the reference's, never |model| itself: with
+    rtol = 1 that would admit any output."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        size = np.where(np.isfinite(model), np.abs(model), 0.0)
+        if relative:
+            return np.fmax(scale, size)
+        return scale * np.fmax(np.where(np.isfinite(ref) & (ref > 0), size / ref, 1.0), 1.0)
 
 
 def _near(actual, model, expected, wrong) -> bool:
